@@ -1,0 +1,50 @@
+# Entry points of once. `make run` and `make test` work on a fresh Debian 12
+# machine as root: each installs what is missing, builds and runs.
+
+BUILD      ?= build
+ASAN_BUILD ?= build/asan
+FUZZ_BUILD ?= build/fuzz
+PYTEST     := /usr/bin/python3 -m pytest
+JOBS       ?= $(shell nproc)
+
+.PHONY: all deps build build-asan run test unit integration fuzz bench valgrind clean
+
+all: build
+
+deps:
+	@bash scripts/deps
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONCE_TESTS=OFF >/dev/null
+	@ninja -C $(BUILD) -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DONCE_SANITIZE=ON -DONCE_WERROR=ON >/dev/null
+	@ninja -C $(ASAN_BUILD) -j $(JOBS)
+
+# Until the gateway lands: a tour of the ledger through libonce and the CLI.
+run: build
+	@bash scripts/demo-ledger $(BUILD)
+
+test: build-asan
+	@bash scripts/test $(ASAN_BUILD)
+
+unit: build-asan
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+integration: build-asan
+	@ONCE_BIN=$(ASAN_BUILD)/once ONCE_LEDGER_TOOL=$(ASAN_BUILD)/ledger_tool $(PYTEST) -q tests/integration
+
+fuzz: deps
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DONCE_FUZZ=ON -DONCE_TESTS=OFF -DONCE_SANITIZE=ON >/dev/null
+	@ninja -C $(FUZZ_BUILD) -j $(JOBS)
+	@bash scripts/fuzz $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
+
+bench: build
+	@bash bench/run.sh $(BUILD)
+
+valgrind: build
+	@bash scripts/valgrind $(BUILD)
+
+clean:
+	rm -rf build

@@ -1,0 +1,293 @@
+/*
+ * once.h — the public API of libonce, the action ledger.
+ *
+ * An action is one external side effect, named by (scope, key). The ledger
+ * keeps one row per action under a unique constraint and moves it through the
+ * states of DESIGN.md §2:
+ *
+ *   (none) --reserve--> pending --complete--> completed
+ *                          |  \--mark_unknown / lease expired--> unknown --hold--> held
+ *                          \--release--> released --reserve--> pending (attempt+1)
+ *   unknown | held --resolve--> completed | released
+ *
+ * Conventions (libuv/curl style):
+ *  - Every function returns an int: 0 (ONCE_OK) on success or a negative
+ *    ONCE_E* code. once_strerror() names a code; once_errdetail() gives a
+ *    human-readable detail of the last error returned to the calling thread.
+ *  - Results are written through out-parameters. Structs passed in are owned
+ *    by the caller; what libonce allocates inside them is released with the
+ *    type's single *_free function (which frees the members, not the struct,
+ *    and leaves it zeroed so a second call is harmless).
+ *  - Strings are NUL-terminated UTF-8/ASCII unless a length is given.
+ *  - Times are milliseconds since the Unix epoch (wall clock), 0 meaning
+ *    "not set".
+ *  - Thread-safety: a once_store may be used by any number of threads at
+ *    once; every function below is thread-safe unless it says otherwise.
+ *    once_store_close() must not race with other calls on the same store.
+ */
+#ifndef ONCE_ONCE_H
+#define ONCE_ONCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ONCE_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum once_error {
+    ONCE_OK = 0,
+    ONCE_EINVAL = -1,    /* an argument is invalid (scope, key, size, URL) */
+    ONCE_ENOMEM = -2,    /* an allocation failed */
+    ONCE_ESTORE = -3,    /* the store failed (I/O, disk full, SQL error) */
+    ONCE_ENOTFOUND = -4, /* no such action */
+    ONCE_ESTALE = -5,    /* the token is not the current attempt's: row unchanged */
+    ONCE_ESTATE = -6,    /* the transition is not allowed from the row's state */
+    ONCE_ESCHEMA = -7,   /* the store was written by a newer schema version */
+    ONCE_ENOTDB = -8,    /* the file is not a once database (or not SQLite) */
+    ONCE_ENOTSUP = -9,   /* the store kind is not supported by this build */
+    ONCE_ECLOSED = -10,  /* the store is shutting down */
+    ONCE_EBUSY = -11     /* the store stayed locked by another process too long */
+};
+
+/* The name of an error code ("invalid argument", ...); never NULL. */
+const char *once_strerror(int code);
+
+/* A detail of the last error a libonce call returned to this thread, e.g.
+ * "key: byte 3 is not printable ASCII". The string belongs to the thread and
+ * is valid until its next libonce call. Never NULL (empty when none). */
+const char *once_errdetail(void);
+
+/* ---- limits ------------------------------------------------------------ */
+
+#define ONCE_KEY_MAX 255                 /* bytes, printable ASCII 0x20..0x7e */
+#define ONCE_SCOPE_MAX 64                /* bytes of [A-Za-z0-9._-] */
+#define ONCE_FINGERPRINT_MAX 128         /* bytes of printable ASCII */
+#define ONCE_PROVIDER_ID_MAX 255         /* bytes */
+#define ONCE_TEXT_MAX 4096               /* error, note, reason: bytes */
+#define ONCE_REQUEST_MAX (16u << 20)     /* request metadata blob */
+#define ONCE_HEADERS_MAX (1u << 20)      /* stored response headers blob */
+#define ONCE_BODY_MAX (64u << 20)        /* stored response body */
+#define ONCE_LEASE_MAX_MS (7LL * 24 * 3600 * 1000)
+#define ONCE_TOKEN_LEN 32                /* hex characters of a token */
+#define ONCE_CURSOR_MAX 32               /* bytes of a list cursor, with NUL */
+
+/* Checks a key / scope; 0 or ONCE_EINVAL (with a detail). */
+int once_key_validate(const char *key);
+int once_scope_validate(const char *scope);
+
+/* ---- states ------------------------------------------------------------ */
+
+typedef enum once_state {
+    ONCE_STATE_PENDING = 1,
+    ONCE_STATE_COMPLETED = 2,
+    ONCE_STATE_RELEASED = 3,
+    ONCE_STATE_UNKNOWN = 4,
+    ONCE_STATE_HELD = 5
+} once_state;
+
+/* "pending", "completed", ... ; NULL for a value outside the enum. */
+const char *once_state_name(once_state s);
+/* Parses a state name; 0 or ONCE_EINVAL. */
+int once_state_parse(const char *name, once_state *out);
+
+/* ---- the action record ------------------------------------------------- */
+
+/* A stored response: what the upstream (or the agent, via complete) said.
+ * headers is an opaque blob chosen by the caller (the server stores a JSON
+ * array of [name, value] pairs); body is raw bytes. */
+typedef struct once_response {
+    int status;          /* e.g. an HTTP status; 0 when there is no response */
+    char *headers;       /* NUL-terminated, may be NULL */
+    size_t headers_len;
+    uint8_t *body;       /* may be NULL; also NUL-terminated for convenience */
+    size_t body_len;
+} once_response;
+
+/* Everything the ledger knows about one action. Returned by once_get,
+ * once_list and (for answers other than RESERVED) once_reserve. */
+typedef struct once_action {
+    char *scope;
+    char *key;
+    once_state state;
+    int64_t attempt;          /* 1 for the first reservation */
+    int64_t created_at;
+    int64_t updated_at;
+    int64_t lease_expires_at; /* of the current attempt */
+    int64_t expires_at;       /* completed/released rows are swept after this; 0 otherwise */
+    int64_t retention_ms;     /* how long a completed/released row is kept */
+    char *fingerprint;        /* of the current attempt's request; may be NULL */
+    uint8_t *request;         /* request metadata of the current attempt; may be NULL */
+    size_t request_len;
+    int has_response;         /* response is meaningful */
+    once_response response;
+    char *provider_id;        /* may be NULL */
+    char *error;              /* last error (release/unknown/expiry reason); may be NULL */
+    char *note;               /* resolution note, late completion note; may be NULL */
+} once_action;
+
+/* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
+void once_action_free(once_action *a);
+
+/* ---- the store --------------------------------------------------------- */
+
+typedef struct once_store once_store;
+
+/* Opens (creating if needed, migrating forward) the store named by url:
+ *   sqlite:PATH       a file; WAL, synchronous=FULL, group commit
+ *   sqlite::memory:   a private in-memory database (tests)
+ *   postgres://...    not supported yet: ONCE_ENOTSUP
+ * On success *out is a new store, to be closed with once_store_close.
+ * Errors: ONCE_EINVAL (bad URL), ONCE_ENOTSUP, ONCE_ESTORE (cannot open,
+ * missing directory, unreadable), ONCE_ENOTDB (not SQLite), ONCE_ESCHEMA
+ * (newer schema; the file is left untouched), ONCE_ENOMEM. */
+int once_store_open(const char *url, once_store **out);
+
+/* Waits for queued operations to finish, stops the store's threads and
+ * frees it. NULL is fine. Not thread-safe against other calls on store. */
+void once_store_close(once_store *store);
+
+/* 0 if the store answers a trivial query, else an error code. */
+int once_store_ping(once_store *store);
+
+/* Called by the store's writer after each commit, on the writer thread:
+ * batch is the number of operations in the transaction, seconds the time
+ * from BEGIN to the end of the durable COMMIT. Keep it cheap. Set it before
+ * other threads use the store; NULL removes it. */
+typedef void (*once_commit_hook)(void *ctx, size_t batch, double seconds);
+void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx);
+
+/* ---- reserve ----------------------------------------------------------- */
+
+typedef struct once_reserve_req {
+    const char *scope;        /* required */
+    const char *key;          /* required */
+    const char *fingerprint;  /* optional; compared with the completed one */
+    int64_t lease_ms;         /* > 0, at most ONCE_LEASE_MAX_MS */
+    int64_t retention_ms;     /* how long the outcome is replayed; 0 = 24 h */
+    const uint8_t *request;   /* optional request metadata, stored with the row */
+    size_t request_len;
+} once_reserve_req;
+
+typedef enum once_reserve_status {
+    ONCE_RESERVED = 1,   /* go ahead: token, attempt and lease are yours */
+    ONCE_COMPLETED = 2,  /* done before: replay action.response */
+    ONCE_IN_FLIGHT = 3,  /* another attempt holds a live lease until lease_expires_at */
+    ONCE_UNKNOWN = 4,    /* may have happened: never resend without reconciling */
+    ONCE_HELD = 5        /* waiting for a human (see action.error) */
+} once_reserve_status;
+
+/* "reserved", "completed", ...; NULL outside the enum. */
+const char *once_reserve_status_name(once_reserve_status s);
+
+typedef struct once_reservation {
+    once_reserve_status status;
+    char token[ONCE_TOKEN_LEN + 1]; /* RESERVED only: the fencing token */
+    int64_t attempt;                /* of the row's current attempt */
+    int64_t lease_expires_at;       /* RESERVED / IN_FLIGHT: the lease deadline */
+    int fingerprint_mismatch;       /* COMPLETED: the request differs from the first */
+    once_action action;             /* every status but RESERVED: the row */
+} once_reservation;
+
+/* Frees what *r owns (its action) and zeroes it. */
+void once_reservation_free(once_reservation *r);
+
+/* Reserves (scope, key) for one attempt. Returns 0 and an answer in *out, or
+ * an error. RESERVED is durable (committed and synced) before this returns.
+ * A RELEASED row, or a COMPLETED one past its retention, is reserved again
+ * with attempt + 1. A PENDING row whose lease has passed becomes UNKNOWN.
+ * The unique constraint decides races between threads and processes. */
+int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out);
+
+/* ---- outcomes (fenced by the token) ------------------------------------ */
+
+/* PENDING -> COMPLETED with response (may be NULL) and provider_id (may be
+ * NULL). With the current token, a row that is UNKNOWN or HELD is completed
+ * too, noted as a late completion: it is the truth about the world. A
+ * repeated complete of a COMPLETED row with its token is 0 and changes
+ * nothing (the first result stays). Durable before it returns.
+ * Errors: ONCE_ENOTFOUND, ONCE_ESTALE (not the current attempt's token; row
+ * unchanged), ONCE_ESTATE (RELEASED), ONCE_EINVAL, ONCE_ESTORE. */
+int once_complete(once_store *store, const char *scope, const char *key, const char *token,
+                  const once_response *response, const char *provider_id);
+
+/* PENDING -> RELEASED: the action was certainly not performed; the key is
+ * free for the next attempt. error (may be NULL) is kept. Repeating it on a
+ * RELEASED row with the same token is 0. Errors as once_complete; UNKNOWN and
+ * HELD rows are ONCE_ESTATE (only reconciliation or a human settles them). */
+int once_release(once_store *store, const char *scope, const char *key, const char *token,
+                 const char *error);
+
+/* PENDING -> UNKNOWN: the action may have been performed. Repeating it on an
+ * UNKNOWN row with the same token is 0. Errors as once_release. */
+int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
+                      const char *error);
+
+/* ---- reads ------------------------------------------------------------- */
+
+/* The whole record of (scope, key) into *out. ONCE_ENOTFOUND if absent. */
+int once_get(once_store *store, const char *scope, const char *key, once_action *out);
+
+typedef struct once_list_req {
+    once_state state;      /* 0 = any state */
+    const char *scope;     /* NULL = any scope */
+    size_t limit;          /* 1..1000; 0 = 100 */
+    const char *cursor;    /* NULL or "" = from the start; else a previous next */
+} once_list_req;
+
+typedef struct once_action_list {
+    once_action *items;
+    size_t count;
+    char next[ONCE_CURSOR_MAX]; /* "" when there is no further page */
+} once_action_list;
+
+/* Frees the items of *l and zeroes it. */
+void once_action_list_free(once_action_list *l);
+
+/* One page of actions in creation order. Paging with next is stable under
+ * concurrent inserts: rows are never skipped or repeated (new rows appear on
+ * later pages). ONCE_EINVAL for a bad cursor, limit or scope. */
+int once_list(once_store *store, const once_list_req *req, once_action_list *out);
+
+/* ---- operator and background transitions ------------------------------- */
+
+typedef enum once_outcome {
+    ONCE_OUTCOME_COMPLETED = 1,
+    ONCE_OUTCOME_RELEASED = 2
+} once_outcome;
+
+/* A human settles an UNKNOWN or HELD action: COMPLETED (with provider_id and
+ * note, no stored response) or RELEASED. Anything else is ONCE_ESTATE. */
+int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
+                 const char *provider_id, const char *note);
+
+/* Moves every PENDING row whose lease ended at or before now to UNKNOWN
+ * ("lease expired"). *count (may be NULL) gets how many moved. */
+int once_expire_leases(once_store *store, int64_t now, size_t *count);
+
+/* UNKNOWN -> HELD with reason (may be NULL). Anything else is ONCE_ESTATE. */
+int once_hold(once_store *store, const char *scope, const char *key, const char *reason);
+
+/* Deletes COMPLETED and RELEASED rows whose retention ended at or before now.
+ * Never touches PENDING, UNKNOWN or HELD. *count (may be NULL) gets how many. */
+int once_sweep(once_store *store, int64_t now, size_t *count);
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* Milliseconds since the epoch, wall clock. */
+int64_t once_now_ms(void);
+
+/* SHA-256 over the canonical request (method, path, body), as 64 lower-case
+ * hex characters and a NUL in out. Fields are length-prefixed, so no two
+ * different requests share the canonical form. 0 or ONCE_EINVAL/ONCE_ENOMEM. */
+int once_fingerprint(const char *method, const char *path, const uint8_t *body, size_t body_len,
+                     char out[65]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,266 @@
+/*
+ * ledger.c — the public entry points of libonce.
+ *
+ * Each function checks its arguments completely, reads the clock once and
+ * hands the operation to the store through its vtable. Keeping validation
+ * here means every store gets the same contract and none can forget a check.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/internal.h"
+#include "ledger/validate.h"
+#include "store/store.h"
+
+#define DEFAULT_RETENTION_MS (24LL * 3600 * 1000)
+#define LIST_DEFAULT 100
+#define LIST_MAX 1000
+
+int once_store_open(const char *url, once_store **out)
+{
+    once_detail_clear();
+    if (!out)
+        return once_fail(ONCE_EINVAL, "store: out is NULL");
+    *out = NULL;
+    if (!url || !*url)
+        return once_fail(ONCE_EINVAL, "store: empty URL (try sqlite:once.db)");
+    if (strncmp(url, "sqlite:", 7) == 0) {
+        const char *path = url + 7;
+        if (!*path)
+            return once_fail(ONCE_EINVAL, "store: 'sqlite:' needs a path (sqlite:PATH or sqlite::memory:)");
+        return sqlite_store_open(path, out);
+    }
+    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0)
+        return once_fail(ONCE_ENOTSUP, "store: PostgreSQL stores are not supported by this version yet; "
+                                       "use sqlite:PATH");
+    return once_fail(ONCE_EINVAL, "store: unknown URL scheme in '%.64s' (expected sqlite:PATH)", url);
+}
+
+void once_store_close(once_store *store)
+{
+    if (store)
+        store->vt->close(store);
+}
+
+int once_store_ping(once_store *store)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "store: NULL");
+    return store->vt->ping(store);
+}
+
+void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx)
+{
+    if (!store)
+        return;
+    store->commit_hook_ctx = ctx;
+    store->commit_hook = fn;
+}
+
+static int check_name(const char *scope, const char *key)
+{
+    int rc = once_scope_validate(scope);
+    return rc < 0 ? rc : once_key_validate(key);
+}
+
+int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out)
+{
+    once_detail_clear();
+    if (!store || !req || !out)
+        return once_fail(ONCE_EINVAL, "reserve: store, req and out are required");
+    memset(out, 0, sizeof *out);
+    int rc = check_name(req->scope, req->key);
+    if (rc < 0)
+        return rc;
+    if ((rc = validate_text("fingerprint", req->fingerprint, ONCE_FINGERPRINT_MAX, 1)) < 0)
+        return rc;
+    if (req->lease_ms <= 0 || req->lease_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "lease: must be between 1 ms and 7 days");
+    if (req->retention_ms < 0 || req->retention_ms > 3650LL * 24 * 3600 * 1000)
+        return once_fail(ONCE_EINVAL, "retention: must be between 0 (default) and 10 years");
+    if (req->request_len > ONCE_REQUEST_MAX || (!req->request && req->request_len))
+        return once_fail(ONCE_EINVAL, "request: larger than %u bytes or NULL with a length", ONCE_REQUEST_MAX);
+    once_reserve_req r = *req;
+    if (r.retention_ms == 0)
+        r.retention_ms = DEFAULT_RETENTION_MS;
+    char token[ONCE_TOKEN_LEN + 1];
+    if ((rc = once_token_new(token)) < 0)
+        return rc;
+    rc = store->vt->reserve(store, &r, once_now_ms(), token, out);
+    if (rc < 0)
+        once_reservation_free(out);
+    return rc;
+}
+
+static int check_fenced(const char *scope, const char *key, const char *token)
+{
+    int rc = check_name(scope, key);
+    return rc < 0 ? rc : validate_token(token);
+}
+
+int once_complete(once_store *store, const char *scope, const char *key, const char *token,
+                  const once_response *response, const char *provider_id)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "complete: store is NULL");
+    int rc = check_fenced(scope, key, token);
+    if (rc < 0)
+        return rc;
+    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0)
+        return rc;
+    if (response) {
+        if (response->headers_len > ONCE_HEADERS_MAX || (!response->headers && response->headers_len))
+            return once_fail(ONCE_EINVAL, "response: headers larger than %u bytes", ONCE_HEADERS_MAX);
+        if (response->body_len > ONCE_BODY_MAX || (!response->body && response->body_len))
+            return once_fail(ONCE_EINVAL, "response: body larger than %u bytes", ONCE_BODY_MAX);
+        if (response->status < 0 || response->status > 999)
+            return once_fail(ONCE_EINVAL, "response: status %d out of range", response->status);
+    }
+    return store->vt->complete(store, scope, key, token, response, provider_id, once_now_ms());
+}
+
+static int settle(once_store *store, const char *scope, const char *key, const char *token, once_state to,
+                  const char *error)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "store is NULL");
+    int rc = check_fenced(scope, key, token);
+    if (rc < 0)
+        return rc;
+    if ((rc = validate_text("error", error, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    return store->vt->settle(store, scope, key, token, to, error, once_now_ms());
+}
+
+int once_release(once_store *store, const char *scope, const char *key, const char *token, const char *error)
+{
+    return settle(store, scope, key, token, ONCE_STATE_RELEASED, error);
+}
+
+int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
+                      const char *error)
+{
+    return settle(store, scope, key, token, ONCE_STATE_UNKNOWN, error);
+}
+
+int once_get(once_store *store, const char *scope, const char *key, once_action *out)
+{
+    once_detail_clear();
+    if (!store || !out)
+        return once_fail(ONCE_EINVAL, "get: store and out are required");
+    memset(out, 0, sizeof *out);
+    int rc = check_name(scope, key);
+    if (rc < 0)
+        return rc;
+    rc = store->vt->get(store, scope, key, out);
+    if (rc < 0)
+        once_action_free(out);
+    return rc;
+}
+
+/* Cursors are the decimal id of the last row returned; ids only grow, so
+ * paging by id never skips or repeats a row when others are inserted. */
+static int cursor_parse(const char *cursor, int64_t *after)
+{
+    *after = 0;
+    if (!cursor || !*cursor)
+        return ONCE_OK;
+    size_t n = strnlen(cursor, ONCE_CURSOR_MAX);
+    if (n >= 20)
+        return once_fail(ONCE_EINVAL, "cursor: malformed");
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cursor[i] < '0' || cursor[i] > '9')
+            return once_fail(ONCE_EINVAL, "cursor: malformed");
+        v = v * 10 + (cursor[i] - '0');
+    }
+    *after = v;
+    return ONCE_OK;
+}
+
+int once_list(once_store *store, const once_list_req *req, once_action_list *out)
+{
+    once_detail_clear();
+    if (!store || !req || !out)
+        return once_fail(ONCE_EINVAL, "list: store, req and out are required");
+    memset(out, 0, sizeof *out);
+    if (req->state && !once_state_name(req->state))
+        return once_fail(ONCE_EINVAL, "list: unknown state %d", (int)req->state);
+    int rc;
+    if (req->scope && (rc = once_scope_validate(req->scope)) < 0)
+        return rc;
+    if (req->limit > LIST_MAX)
+        return once_fail(ONCE_EINVAL, "list: limit must be between 1 and %d", LIST_MAX);
+    int64_t after;
+    if ((rc = cursor_parse(req->cursor, &after)) < 0)
+        return rc;
+    once_list_req r = *req;
+    if (r.limit == 0)
+        r.limit = LIST_DEFAULT;
+    rc = store->vt->list(store, &r, after, out);
+    if (rc < 0)
+        once_action_list_free(out);
+    return rc;
+}
+
+int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
+                 const char *provider_id, const char *note)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "resolve: store is NULL");
+    int rc = check_name(scope, key);
+    if (rc < 0)
+        return rc;
+    if (outcome != ONCE_OUTCOME_COMPLETED && outcome != ONCE_OUTCOME_RELEASED)
+        return once_fail(ONCE_EINVAL, "resolve: outcome must be completed or released");
+    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0 ||
+        (rc = validate_text("note", note, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    return store->vt->resolve(store, scope, key, outcome, provider_id, note, once_now_ms());
+}
+
+int once_expire_leases(once_store *store, int64_t now, size_t *count)
+{
+    once_detail_clear();
+    if (count)
+        *count = 0;
+    if (!store || now < 0)
+        return once_fail(ONCE_EINVAL, "expire_leases: store is NULL or now is negative");
+    size_t n = 0;
+    int rc = store->vt->expire_leases(store, now, &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
+}
+
+int once_hold(once_store *store, const char *scope, const char *key, const char *reason)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "hold: store is NULL");
+    int rc = check_name(scope, key);
+    if (rc < 0)
+        return rc;
+    if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    return store->vt->hold(store, scope, key, reason, once_now_ms());
+}
+
+int once_sweep(once_store *store, int64_t now, size_t *count)
+{
+    once_detail_clear();
+    if (count)
+        *count = 0;
+    if (!store || now < 0)
+        return once_fail(ONCE_EINVAL, "sweep: store is NULL or now is negative");
+    size_t n = 0;
+    int rc = store->vt->sweep(store, now, &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
+}

@@ -1,0 +1,91 @@
+/*
+ * util.c — small utilities of libonce: clock, copies, tokens, fingerprints.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "ledger/internal.h"
+
+int64_t once_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void *once_memdup0(const void *src, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (!p)
+        return NULL;
+    if (n)
+        memcpy(p, src, n);
+    p[n] = '\0';
+    return p;
+}
+
+static void hex_encode(const unsigned char *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* Tokens fence attempts against each other, and anyone holding one can
+ * complete the action, so they come from the CSPRNG, not from rand(). */
+int once_token_new(char out[ONCE_TOKEN_LEN + 1])
+{
+    unsigned char raw[ONCE_TOKEN_LEN / 2];
+    if (RAND_bytes(raw, (int)sizeof raw) != 1)
+        return once_fail(ONCE_ESTORE, "token: the random generator failed");
+    hex_encode(raw, sizeof raw, out);
+    return ONCE_OK;
+}
+
+/* Each field is prefixed with its length so that ("a", "bc") and ("ab", "c")
+ * cannot collide; the digest itself only ever signals "payload differs". */
+static int digest_field(EVP_MD_CTX *ctx, const void *p, size_t n)
+{
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
+    return EVP_DigestUpdate(ctx, len, sizeof len) == 1 && (n == 0 || EVP_DigestUpdate(ctx, p, n) == 1);
+}
+
+int once_fingerprint(const char *method, const char *path, const uint8_t *body, size_t body_len,
+                     char out[65])
+{
+    once_detail_clear();
+    if (!method || !path || !out || (!body && body_len))
+        return once_fail(ONCE_EINVAL, "fingerprint: method, path and out are required");
+    static EVP_MD *sha256;
+    /* Fetched once: implicit fetches take provider locks on every call. */
+    if (!sha256) {
+        EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
+        if (!md)
+            return once_fail(ONCE_ENOMEM, "fingerprint: SHA-256 unavailable");
+        EVP_MD *expected = NULL;
+        if (!__atomic_compare_exchange_n(&sha256, &expected, md, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            EVP_MD_free(md);
+    }
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return once_fail(ONCE_ENOMEM, "fingerprint: out of memory");
+    unsigned char digest[32];
+    unsigned int dlen = 0;
+    int ok = EVP_DigestInit_ex(ctx, sha256, NULL) == 1 && digest_field(ctx, method, strlen(method)) &&
+             digest_field(ctx, path, strlen(path)) && digest_field(ctx, body, body_len) &&
+             EVP_DigestFinal_ex(ctx, digest, &dlen) == 1 && dlen == sizeof digest;
+    EVP_MD_CTX_free(ctx);
+    if (!ok)
+        return once_fail(ONCE_ENOMEM, "fingerprint: digest failed");
+    hex_encode(digest, sizeof digest, out);
+    return ONCE_OK;
+}

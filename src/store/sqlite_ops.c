@@ -1,0 +1,646 @@
+/*
+ * sqlite_ops.c — the ledger's state machine as SQLite statements.
+ *
+ * Every operation here runs inside a transaction the store opened (a group
+ * commit batch, or a read snapshot). Each does its checks against the row it
+ * reads and at most one write, so a failing operation leaves nothing behind
+ * and its batch can go on.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/sqlite_ops.h"
+
+#define COLS                                                                                        \
+    "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
+    "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
+    "provider_id, error, note"
+
+enum {
+    C_ID,
+    C_SCOPE,
+    C_KEY,
+    C_STATE,
+    C_ATTEMPT,
+    C_TOKEN,
+    C_CREATED,
+    C_UPDATED,
+    C_LEASE,
+    C_EXPIRES,
+    C_RETENTION,
+    C_FP,
+    C_REQUEST,
+    C_HAS_RESP,
+    C_RESP_STATUS,
+    C_RESP_HEADERS,
+    C_RESP_BODY,
+    C_PROVIDER,
+    C_ERROR,
+    C_NOTE
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_INSERT] = "INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, "
+                  "lease_expires_at, expires_at, retention_ms, fingerprint, request) "
+                  "VALUES (?1, ?2, 'pending', 1, ?3, ?4, ?4, ?5, 0, ?6, ?7, ?8) "
+                  "ON CONFLICT (scope, key) DO NOTHING",
+    [ST_SELECT] = "SELECT " COLS " FROM actions WHERE scope = ?1 AND key = ?2",
+    [ST_REARM] = "UPDATE actions SET state = 'pending', attempt = attempt + 1, token = ?2, updated_at = ?3, "
+                 "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
+                 "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
+                 "provider_id = NULL, error = NULL, note = NULL WHERE id = ?1",
+    [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
+                    "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
+                    "updated_at = ?8, expires_at = ?8 + retention_ms WHERE id = ?1",
+    [ST_SET_STATE] = "UPDATE actions SET state = ?2, error = COALESCE(?3, error), updated_at = ?4, "
+                     "expires_at = ?5 WHERE id = ?1",
+    [ST_RESOLVE] = "UPDATE actions SET state = ?2, provider_id = ?3, note = ?4, has_response = 0, "
+                   "resp_status = NULL, resp_headers = NULL, resp_body = NULL, updated_at = ?5, "
+                   "expires_at = ?5 + retention_ms WHERE id = ?1",
+    [ST_EXPIRE] = "UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = ?1 "
+                  "WHERE state = 'pending' AND lease_expires_at <= ?1",
+    [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
+                 "AND expires_at <= ?1",
+    [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
+                "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
+    [ST_PING] = "SELECT 1",
+};
+
+void sq_op_fail(sq_op *op, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    once_vformat(op->detail, sizeof op->detail, fmt, ap);
+    va_end(ap);
+    op->rc = code;
+}
+
+static int sq_code(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_NOTADB: return ONCE_ENOTDB;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ONCE_EBUSY;
+    case SQLITE_NOMEM: return ONCE_ENOMEM;
+    default: return ONCE_ESTORE;
+    }
+}
+
+static void fail_sql(sq_op *op, sq_conn *c, int rc, const char *what)
+{
+    sq_op_fail(op, sq_code(rc), "%s: %s", what, sqlite3_errmsg(c->db));
+}
+
+int sq_conn_open(sq_conn *c, const char *path)
+{
+    memset(c, 0, sizeof *c);
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        int code = sq_code(rc);
+        once_fail(code == ONCE_ENOTDB ? code : ONCE_ESTORE, "cannot open '%s': %s", path,
+                  c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return code == ONCE_ENOTDB ? code : ONCE_ESTORE;
+    }
+    /* Another process (the CLI beside the server) may hold the write lock
+     * for a moment; wait for it rather than fail. */
+    sqlite3_busy_timeout(c->db, 5000);
+    sqlite3_extended_result_codes(c->db, 1);
+    return ONCE_OK;
+}
+
+void sq_conn_close(sq_conn *c)
+{
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(c->st[i]);
+    sqlite3_close(c->db);
+    memset(c, 0, sizeof *c);
+}
+
+/* The prepared statement i, reset and unbound, ready for binding. */
+static sqlite3_stmt *stmt(sq_conn *c, sq_op *op, enum sq_stmt i)
+{
+    if (!c->st[i]) {
+        int rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
+        if (rc != SQLITE_OK) {
+            fail_sql(op, c, rc, "prepare");
+            c->st[i] = NULL;
+            return NULL;
+        }
+    }
+    return c->st[i];
+}
+
+/* Resets st so that it releases its read snapshot and its bindings. */
+static void done(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+static int bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+    return s ? sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+
+static int bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
+{
+    if (!p)
+        return sqlite3_bind_null(st, i);
+    return sqlite3_bind_blob64(st, i, n ? p : "", n, SQLITE_STATIC);
+}
+
+/* The columns of a row that the state machine decides on. */
+typedef struct row_head {
+    int64_t id;
+    once_state state;
+    int64_t attempt;
+    char token[ONCE_TOKEN_LEN + 1];
+    int64_t lease_expires_at;
+    int64_t expires_at;
+    int64_t retention_ms;
+} row_head;
+
+static int head_read(sqlite3_stmt *st, row_head *h)
+{
+    h->id = sqlite3_column_int64(st, C_ID);
+    const char *state = (const char *)sqlite3_column_text(st, C_STATE);
+    if (!state || once_state_parse(state, &h->state) < 0)
+        return ONCE_ESTORE;
+    h->attempt = sqlite3_column_int64(st, C_ATTEMPT);
+    const char *tok = (const char *)sqlite3_column_text(st, C_TOKEN);
+    snprintf(h->token, sizeof h->token, "%s", tok ? tok : "");
+    h->lease_expires_at = sqlite3_column_int64(st, C_LEASE);
+    h->expires_at = sqlite3_column_int64(st, C_EXPIRES);
+    h->retention_ms = sqlite3_column_int64(st, C_RETENTION);
+    return ONCE_OK;
+}
+
+/* A heap copy of a text/blob column, or NULL for SQL NULL. *ok is cleared
+ * when an allocation fails. */
+static void *col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok)
+{
+    if (len)
+        *len = 0;
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return NULL;
+    const void *p = sqlite3_column_blob(st, i);
+    size_t n = (size_t)sqlite3_column_bytes(st, i);
+    void *copy = once_memdup0(p ? p : "", n);
+    if (!copy)
+        *ok = 0;
+    if (len)
+        *len = n;
+    return copy;
+}
+
+static int row_decode(sqlite3_stmt *st, once_action *a)
+{
+    row_head h;
+    if (head_read(st, &h) < 0)
+        return ONCE_ESTORE;
+    int ok = 1;
+    memset(a, 0, sizeof *a);
+    a->scope = col_dup(st, C_SCOPE, NULL, &ok);
+    a->key = col_dup(st, C_KEY, NULL, &ok);
+    a->state = h.state;
+    a->attempt = h.attempt;
+    a->created_at = sqlite3_column_int64(st, C_CREATED);
+    a->updated_at = sqlite3_column_int64(st, C_UPDATED);
+    a->lease_expires_at = h.lease_expires_at;
+    a->expires_at = h.expires_at;
+    a->retention_ms = h.retention_ms;
+    a->fingerprint = col_dup(st, C_FP, NULL, &ok);
+    a->request = col_dup(st, C_REQUEST, &a->request_len, &ok);
+    a->has_response = sqlite3_column_int(st, C_HAS_RESP) != 0;
+    a->response.status = sqlite3_column_int(st, C_RESP_STATUS);
+    a->response.headers = col_dup(st, C_RESP_HEADERS, &a->response.headers_len, &ok);
+    a->response.body = col_dup(st, C_RESP_BODY, &a->response.body_len, &ok);
+    a->provider_id = col_dup(st, C_PROVIDER, NULL, &ok);
+    a->error = col_dup(st, C_ERROR, NULL, &ok);
+    a->note = col_dup(st, C_NOTE, NULL, &ok);
+    if (!ok || !a->scope || !a->key) {
+        once_action_free(a);
+        return ONCE_ENOMEM;
+    }
+    return ONCE_OK;
+}
+
+/* Steps the SELECT of (scope, key). 1: a row is current on st; 0: no row;
+ * -1: error (op failed). The caller must done(st). */
+static int row_find(sq_conn *c, sq_op *op, sqlite3_stmt **out)
+{
+    sqlite3_stmt *st = stmt(c, op, ST_SELECT);
+    *out = st;
+    if (!st)
+        return -1;
+    bind_text(st, 1, op->scope);
+    bind_text(st, 2, op->key);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    fail_sql(op, c, rc, "select");
+    return -1;
+}
+
+/* Finds the row and its head, failing op with ENOTFOUND if absent. */
+static int row_need(sq_conn *c, sq_op *op, row_head *h)
+{
+    sqlite3_stmt *st;
+    int found = row_find(c, op, &st);
+    if (found == 1 && head_read(st, h) < 0) {
+        sq_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
+        found = -1;
+    }
+    if (st)
+        done(st);
+    if (found == 0)
+        sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
+    return found == 1 ? 0 : -1;
+}
+
+/* Runs a write statement that binding already prepared. */
+static int write_step(sq_conn *c, sq_op *op, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    done(st);
+    if (rc != SQLITE_DONE) {
+        fail_sql(op, c, rc, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int fingerprints_differ(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) != 0;
+}
+
+/* Answers a reservation from an existing row when the row alone decides it.
+ * st is positioned on the row. Returns 1 answered, 0 needs a write. */
+static int reserve_answer(sqlite3_stmt *st, const row_head *h, sq_op *op)
+{
+    once_reservation *res = op->res;
+    once_reserve_status status;
+    switch (h->state) {
+    case ONCE_STATE_COMPLETED:
+        if (h->expires_at > op->now) {
+            status = ONCE_COMPLETED;
+            break;
+        }
+        return 0;
+    case ONCE_STATE_PENDING:
+        if (h->lease_expires_at > op->now) {
+            status = ONCE_IN_FLIGHT;
+            break;
+        }
+        return 0;
+    case ONCE_STATE_UNKNOWN: status = ONCE_UNKNOWN; break;
+    case ONCE_STATE_HELD: status = ONCE_HELD; break;
+    default: return 0;
+    }
+    int rc = row_decode(st, &res->action);
+    if (rc < 0) {
+        sq_op_fail(op, rc, "reserve: cannot read the row");
+        return 1;
+    }
+    res->status = status;
+    res->attempt = h->attempt;
+    if (status == ONCE_IN_FLIGHT)
+        res->lease_expires_at = h->lease_expires_at;
+    if (status == ONCE_COMPLETED)
+        res->fingerprint_mismatch = fingerprints_differ(op->rreq->fingerprint, res->action.fingerprint);
+    op->rc = ONCE_OK;
+    return 1;
+}
+
+int sq_reserve_read(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st;
+    int found = row_find(c, op, &st);
+    int answered = found < 0;
+    if (found == 1) {
+        row_head h;
+        if (head_read(st, &h) < 0) {
+            sq_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
+            answered = 1;
+        } else {
+            answered = reserve_answer(st, &h, op);
+        }
+    }
+    if (st)
+        done(st);
+    return answered;
+}
+
+static void reserved(sq_op *op, int64_t attempt)
+{
+    once_reservation *res = op->res;
+    res->status = ONCE_RESERVED;
+    memcpy(res->token, op->token, ONCE_TOKEN_LEN + 1);
+    res->attempt = attempt;
+    res->lease_expires_at = op->now + op->rreq->lease_ms;
+    op->rc = ONCE_OK;
+}
+
+static void op_reserve(sq_conn *c, sq_op *op)
+{
+    const once_reserve_req *r = op->rreq;
+    int64_t lease = op->now + r->lease_ms;
+    sqlite3_stmt *st = stmt(c, op, ST_INSERT);
+    if (!st)
+        return;
+    bind_text(st, 1, r->scope);
+    bind_text(st, 2, r->key);
+    bind_text(st, 3, op->token);
+    sqlite3_bind_int64(st, 4, op->now);
+    sqlite3_bind_int64(st, 5, lease);
+    sqlite3_bind_int64(st, 6, r->retention_ms);
+    bind_text(st, 7, r->fingerprint);
+    bind_blob(st, 8, r->request, r->request_len);
+    if (write_step(c, op, st, "reserve") < 0)
+        return;
+    /* The unique constraint decided: one insert wins, the rest read. */
+    if (sqlite3_changes(c->db) == 1) {
+        reserved(op, 1);
+        return;
+    }
+    if (!(st = stmt(c, op, ST_SELECT)))
+        return;
+    bind_text(st, 1, r->scope);
+    bind_text(st, 2, r->key);
+    int rc = sqlite3_step(st);
+    row_head h;
+    if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
+        if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+            sq_op_fail(op, ONCE_ESTORE, "reserve: the conflicting row of %s/%s cannot be read", r->scope, r->key);
+        else
+            fail_sql(op, c, rc, "reserve");
+        done(st);
+        return;
+    }
+    if (reserve_answer(st, &h, op)) {
+        done(st);
+        return;
+    }
+    done(st);
+    if (h.state == ONCE_STATE_PENDING) {
+        /* The lease ran out and no loop has noticed yet. The attempt may
+         * have acted: never hand the key to a new attempt. */
+        if (!(st = stmt(c, op, ST_SET_STATE)))
+            return;
+        sqlite3_bind_int64(st, 1, h.id);
+        bind_text(st, 2, "unknown");
+        bind_text(st, 3, "lease expired");
+        sqlite3_bind_int64(st, 4, op->now);
+        sqlite3_bind_int64(st, 5, 0);
+        if (write_step(c, op, st, "reserve: expire lease") < 0)
+            return;
+        int found = row_find(c, op, &st);
+        if (found == 1 && row_decode(st, &op->res->action) == ONCE_OK) {
+            op->res->status = ONCE_UNKNOWN;
+            op->res->attempt = h.attempt;
+            op->rc = ONCE_OK;
+        } else if (found >= 0) {
+            sq_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
+        }
+        if (st)
+            done(st);
+        return;
+    }
+    /* RELEASED, or COMPLETED past its retention: a new attempt. */
+    if (!(st = stmt(c, op, ST_REARM)))
+        return;
+    sqlite3_bind_int64(st, 1, h.id);
+    bind_text(st, 2, op->token);
+    sqlite3_bind_int64(st, 3, op->now);
+    sqlite3_bind_int64(st, 4, lease);
+    sqlite3_bind_int64(st, 5, r->retention_ms);
+    bind_text(st, 6, r->fingerprint);
+    bind_blob(st, 7, r->request, r->request_len);
+    if (write_step(c, op, st, "reserve again") < 0)
+        return;
+    reserved(op, h.attempt + 1);
+}
+
+/* Fencing: only the current attempt's token may settle the row. */
+static int fence(sq_op *op, const row_head *h)
+{
+    if (strcmp(h->token, op->token) != 0) {
+        sq_op_fail(op, ONCE_ESTALE, "the token is not that of %s/%s's current attempt (%lld)", op->scope, op->key,
+                   (long long)h->attempt);
+        return -1;
+    }
+    return 0;
+}
+
+static void op_complete(sq_conn *c, sq_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+        return;
+    const char *late = NULL;
+    switch (h.state) {
+    case ONCE_STATE_PENDING: break;
+    case ONCE_STATE_UNKNOWN: late = "late completion (the action was unknown)"; break;
+    case ONCE_STATE_HELD: late = "late completion (the action was held)"; break;
+    case ONCE_STATE_COMPLETED: op->rc = ONCE_OK; return; /* the first result stays */
+    default:
+        sq_op_fail(op, ONCE_ESTATE, "%s/%s was released: it cannot be completed", op->scope, op->key);
+        return;
+    }
+    sqlite3_stmt *st = stmt(c, op, ST_COMPLETE);
+    if (!st)
+        return;
+    const once_response *resp = op->resp;
+    sqlite3_bind_int64(st, 1, h.id);
+    sqlite3_bind_int(st, 2, resp != NULL);
+    if (resp) {
+        sqlite3_bind_int(st, 3, resp->status);
+        if (resp->headers)
+            sqlite3_bind_text64(st, 4, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
+        bind_blob(st, 5, resp->body, resp->body_len);
+    }
+    bind_text(st, 6, op->provider_id);
+    bind_text(st, 7, late);
+    sqlite3_bind_int64(st, 8, op->now);
+    if (write_step(c, op, st, "complete") == 0)
+        op->rc = ONCE_OK;
+}
+
+static int set_state(sq_conn *c, sq_op *op, int64_t id, once_state to, const char *text, int64_t expires_at)
+{
+    sqlite3_stmt *st = stmt(c, op, ST_SET_STATE);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, once_state_name(to));
+    bind_text(st, 3, text);
+    sqlite3_bind_int64(st, 4, op->now);
+    sqlite3_bind_int64(st, 5, expires_at);
+    return write_step(c, op, st, "update state");
+}
+
+static void op_settle(sq_conn *c, sq_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+        return;
+    if (h.state == op->to) {
+        op->rc = ONCE_OK; /* a repeated call changes nothing */
+        return;
+    }
+    if (h.state != ONCE_STATE_PENDING) {
+        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only a pending action can become %s", op->scope, op->key,
+                   once_state_name(h.state), once_state_name(op->to));
+        return;
+    }
+    int64_t expires = op->to == ONCE_STATE_RELEASED ? op->now + h.retention_ms : 0;
+    if (set_state(c, op, h.id, op->to, op->text, expires) == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_resolve(sq_conn *c, sq_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0)
+        return;
+    if (h.state != ONCE_STATE_UNKNOWN && h.state != ONCE_STATE_HELD) {
+        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown or held actions are resolved", op->scope, op->key,
+                   once_state_name(h.state));
+        return;
+    }
+    sqlite3_stmt *st = stmt(c, op, ST_RESOLVE);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, h.id);
+    bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+    bind_text(st, 3, op->provider_id);
+    bind_text(st, 4, op->text);
+    sqlite3_bind_int64(st, 5, op->now);
+    if (write_step(c, op, st, "resolve") == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_hold(sq_conn *c, sq_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0)
+        return;
+    if (h.state != ONCE_STATE_UNKNOWN) {
+        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are held", op->scope, op->key,
+                   once_state_name(h.state));
+        return;
+    }
+    if (set_state(c, op, h.id, ONCE_STATE_HELD, op->text, 0) == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_bulk(sq_conn *c, sq_op *op, enum sq_stmt which, const char *what)
+{
+    sqlite3_stmt *st = stmt(c, op, which);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, op->now);
+    if (write_step(c, op, st, what) == 0) {
+        op->count = (size_t)sqlite3_changes(c->db);
+        op->rc = ONCE_OK;
+    }
+}
+
+static void op_get(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st;
+    int found = row_find(c, op, &st);
+    if (found == 1) {
+        int rc = row_decode(st, op->action);
+        if (rc < 0)
+            sq_op_fail(op, rc, "get: cannot read the row");
+        else
+            op->rc = ONCE_OK;
+    } else if (found == 0) {
+        sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
+    }
+    if (st)
+        done(st);
+}
+
+static void op_list(sq_conn *c, sq_op *op)
+{
+    const once_list_req *r = op->lreq;
+    once_action_list *l = op->list;
+    sqlite3_stmt *st = stmt(c, op, ST_LIST);
+    if (!st)
+        return;
+    l->items = calloc(r->limit, sizeof *l->items);
+    if (!l->items) {
+        sq_op_fail(op, ONCE_ENOMEM, "list: out of memory");
+        return;
+    }
+    sqlite3_bind_int64(st, 1, op->after_id);
+    bind_text(st, 2, r->state ? once_state_name(r->state) : NULL);
+    bind_text(st, 3, r->scope);
+    /* One row more than asked tells whether another page exists. */
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
+    int rc;
+    int64_t last_id = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (l->count == r->limit) {
+            snprintf(l->next, sizeof l->next, "%lld", (long long)last_id);
+            break;
+        }
+        int drc = row_decode(st, &l->items[l->count]);
+        if (drc < 0) {
+            sq_op_fail(op, drc, "list: cannot read a row");
+            done(st);
+            return;
+        }
+        last_id = sqlite3_column_int64(st, C_ID);
+        l->count++;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        fail_sql(op, c, rc, "list");
+        done(st);
+        return;
+    }
+    done(st);
+    op->rc = ONCE_OK;
+}
+
+static void op_ping(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st = stmt(c, op, ST_PING);
+    if (!st)
+        return;
+    int rc = sqlite3_step(st);
+    done(st);
+    if (rc != SQLITE_ROW)
+        fail_sql(op, c, rc, "ping");
+    else
+        op->rc = ONCE_OK;
+}
+
+void sq_op_run(sq_conn *c, sq_op *op)
+{
+    op->rc = ONCE_ESTORE;
+    op->detail[0] = '\0';
+    switch (op->kind) {
+    case OP_RESERVE: op_reserve(c, op); break;
+    case OP_COMPLETE: op_complete(c, op); break;
+    case OP_SETTLE: op_settle(c, op); break;
+    case OP_RESOLVE: op_resolve(c, op); break;
+    case OP_HOLD: op_hold(c, op); break;
+    case OP_EXPIRE: op_bulk(c, op, ST_EXPIRE, "expire leases"); break;
+    case OP_SWEEP: op_bulk(c, op, ST_SWEEP, "sweep"); break;
+    case OP_GET: op_get(c, op); break;
+    case OP_LIST: op_list(c, op); break;
+    case OP_PING: op_ping(c, op); break;
+    }
+    if (op->rc == ONCE_ESTORE && !op->detail[0])
+        sq_op_fail(op, ONCE_ESTORE, "store operation failed");
+}

@@ -1,0 +1,177 @@
+/*
+ * sqlite_schema.c — the SQLite schema of once and its forward migrations.
+ *
+ * The version lives in PRAGMA user_version and the file is stamped with an
+ * application_id, so a file written by another program, or by a newer once,
+ * is refused before a single byte of it is changed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ledger/internal.h"
+#include "store/sqlite_schema.h"
+
+/* Migration N takes a database from version N-1 to N. Never edit a shipped
+ * step; append a new one. */
+static const char *const migrations[] = {
+    /* 1: the action ledger. States are stored by name so that operators can
+     * read the table with sqlite3; the unique constraint is the arbiter. */
+    "CREATE TABLE actions ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  scope TEXT NOT NULL,"
+    "  key TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','completed','released','unknown','held')),"
+    "  attempt INTEGER NOT NULL,"
+    "  token TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  lease_expires_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL DEFAULT 0,"
+    "  retention_ms INTEGER NOT NULL,"
+    "  fingerprint TEXT,"
+    "  request BLOB,"
+    "  has_response INTEGER NOT NULL DEFAULT 0,"
+    "  resp_status INTEGER,"
+    "  resp_headers TEXT,"
+    "  resp_body BLOB,"
+    "  provider_id TEXT,"
+    "  error TEXT,"
+    "  note TEXT,"
+    "  UNIQUE (scope, key)"
+    ");"
+    "CREATE INDEX actions_pending_lease ON actions (lease_expires_at) WHERE state = 'pending';"
+    "CREATE INDEX actions_expiry ON actions (expires_at) WHERE state IN ('completed','released');"
+    "CREATE INDEX actions_state ON actions (state, id);",
+};
+
+#define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
+
+int sqlite_schema_latest(void)
+{
+    return LATEST;
+}
+
+static int sq_code(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_NOTADB: return ONCE_ENOTDB;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ONCE_EBUSY;
+    case SQLITE_NOMEM: return ONCE_ENOMEM;
+    default: return ONCE_ESTORE;
+    }
+}
+
+static int pragma_int(sqlite3 *db, const char *sql, long long *out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            *out = sqlite3_column_int64(st, 0);
+            rc = SQLITE_OK;
+        }
+    }
+    if (rc != SQLITE_OK) {
+        int code = sq_code(rc);
+        once_fail(code, "%s: %s", sql, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return code;
+    }
+    sqlite3_finalize(st);
+    return ONCE_OK;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        int code = sq_code(rc);
+        once_fail(code, "schema: %s", msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return code;
+    }
+    return ONCE_OK;
+}
+
+/* Read-only checks: is this file ours (or empty), and not from the future? */
+static int schema_check(sqlite3 *db, long long *version)
+{
+    long long app = 0, foreign = 0;
+    int rc = pragma_int(db, "PRAGMA application_id", &app);
+    if (rc == ONCE_ENOTDB)
+        return once_fail(ONCE_ENOTDB, "the file is not a SQLite database");
+    if (rc < 0 || (rc = pragma_int(db, "PRAGMA user_version", version)) < 0)
+        return rc;
+    if (app != 0 && app != SQ_APPLICATION_ID)
+        return once_fail(ONCE_ENOTDB, "the file is a SQLite database of another application (id %lld)", app);
+    if (app == 0) {
+        rc = pragma_int(db, "SELECT count(*) FROM sqlite_master", &foreign);
+        if (rc < 0)
+            return rc;
+        if (foreign > 0)
+            return once_fail(ONCE_ENOTDB, "the file is a SQLite database with tables of another application");
+    }
+    if (*version > LATEST)
+        return once_fail(ONCE_ESCHEMA,
+                         "the store has schema version %lld but this once knows only up to %d: "
+                         "upgrade once (the file was left untouched)",
+                         *version, LATEST);
+    return ONCE_OK;
+}
+
+static int schema_migrate(sqlite3 *db)
+{
+    int rc = exec(db, "BEGIN IMMEDIATE");
+    if (rc < 0)
+        return rc;
+    long long v = 0;
+    /* Another process may have migrated while we waited for the lock. */
+    if ((rc = pragma_int(db, "PRAGMA user_version", &v)) < 0)
+        goto fail;
+    if (v > LATEST) {
+        rc = once_fail(ONCE_ESCHEMA, "the store was upgraded to schema version %lld meanwhile", v);
+        goto fail;
+    }
+    for (long long step = v; step < LATEST; step++) {
+        if ((rc = exec(db, migrations[step])) < 0)
+            goto fail;
+    }
+    if (v < LATEST) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", LATEST,
+                 SQ_APPLICATION_ID);
+        if ((rc = exec(db, sql)) < 0)
+            goto fail;
+    }
+    return exec(db, "COMMIT");
+fail:
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int sqlite_schema_prepare(sqlite3 *db, int memory)
+{
+    long long version = 0;
+    int rc = schema_check(db, &version);
+    if (rc < 0)
+        return rc;
+    if (!memory) {
+        sqlite3_stmt *st = NULL;
+        rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        int ok = rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+                 strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
+        sqlite3_finalize(st);
+        if (!ok)
+            return once_fail(ONCE_ESTORE, "cannot switch the store to WAL: %s", sqlite3_errmsg(db));
+        /* FULL: a commit is on disk before the caller hears of it. Automatic
+         * checkpoints stay off: they run inside a commit and raise its p99. */
+        if ((rc = exec(db, "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0")) < 0)
+            return rc;
+    }
+    if (version < LATEST)
+        return schema_migrate(db);
+    return ONCE_OK;
+}

@@ -1,0 +1,440 @@
+/*
+ * sqlite_store.c — the SQLite store: one writer thread doing group commit,
+ * a pool of read connections, and a checkpointer.
+ *
+ * SQLite lets one writer commit at a time and each commit costs an fsync, so
+ * a second writer thread adds nothing; batching does. Callers queue their
+ * operation and sleep; the writer runs everything queued in one transaction,
+ * commits once, and wakes them. Reads never queue: they run on a pooled
+ * connection in the caller's thread against the last committed snapshot.
+ * An in-memory store has a single connection, so there reads queue too.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/sqlite_ops.h"
+#include "store/sqlite_schema.h"
+#include "store/store.h"
+
+#define BATCH_MAX 512
+#define POOL_MAX 64
+#define CHECKPOINT_PAGES 1000 /* about 4 MiB of WAL */
+
+typedef struct sq_store {
+    struct once_store base; /* first: the ledger sees a once_store */
+    char *path;
+    int memory;
+    sq_conn writer;
+    batchq queue;
+    pthread_t writer_thread;
+    int writer_started;
+
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cv;
+    sq_conn *pool_free[POOL_MAX];
+    size_t pool_nfree;
+    size_t pool_nopen;
+
+    pthread_mutex_t ckpt_mu;
+    pthread_cond_t ckpt_cv;
+    int ckpt_stop;
+    int ckpt_wanted;
+    pthread_t ckpt_thread;
+    int ckpt_started;
+} sq_store;
+
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- group commit ------------------------------------------------------ */
+
+static int tx_exec(sqlite3 *db, const char *sql, int *sqlrc)
+{
+    *sqlrc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    return *sqlrc == SQLITE_OK ? 0 : -1;
+}
+
+static int code_of(int sqlrc)
+{
+    switch (sqlrc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ONCE_EBUSY;
+    case SQLITE_NOMEM: return ONCE_ENOMEM;
+    default: return ONCE_ESTORE;
+    }
+}
+
+/* Fails ops [from, n) that had succeeded: their transaction did not commit,
+ * so nothing they reported is true. */
+static void batch_void(sq_op **ops, size_t n, int code, const char *why, const char *msg)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE) {
+            if (ops[i]->kind == OP_RESERVE)
+                once_reservation_free(ops[i]->res);
+            sq_op_fail(ops[i], code, "%s: %s", why, msg);
+        }
+    }
+}
+
+static void batch_run(sq_store *s, sq_op **ops, size_t n)
+{
+    sqlite3 *db = s->writer.db;
+    int sqlrc;
+    double t0 = mono_seconds();
+    for (size_t i = 0; i < n; i++)
+        ops[i]->rc = ONCE_ESTORE;
+    if (tx_exec(db, "BEGIN IMMEDIATE", &sqlrc) < 0) {
+        batch_void(ops, n, code_of(sqlrc), "begin", sqlite3_errmsg(db));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sq_op_run(&s->writer, ops[i]);
+        /* Some errors (disk full, I/O) roll the whole transaction back:
+         * then no operation of this batch happened. */
+        if (ops[i]->rc < 0 && sqlite3_get_autocommit(db)) {
+            char msg[ONCE_DETAIL_MAX];
+            memcpy(msg, ops[i]->detail, sizeof msg);
+            int code = ops[i]->rc;
+            for (size_t j = 0; j < n; j++) {
+                if (ops[j]->kind == OP_RESERVE)
+                    once_reservation_free(ops[j]->res);
+                sq_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
+            }
+            return;
+        }
+    }
+    if (tx_exec(db, "COMMIT", &sqlrc) < 0) {
+        char msg[ONCE_DETAIL_MAX];
+        snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(db));
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        batch_void(ops, n, code_of(sqlrc), "commit", msg);
+        return;
+    }
+    once_commit_hook hook = s->base.commit_hook;
+    if (hook)
+        hook(s->base.commit_hook_ctx, n, mono_seconds() - t0);
+}
+
+static void *writer_main(void *arg)
+{
+    sq_store *s = arg;
+    bq_item *items[BATCH_MAX];
+    size_t n;
+    while ((n = bq_take(&s->queue, items, BATCH_MAX)) > 0) {
+        batch_run(s, (sq_op **)items, n);
+        bq_finish(&s->queue, items, n);
+    }
+    return NULL;
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+/* Runs on the writer thread after each commit: asks the checkpointer to copy
+ * the WAL back once it has grown, so the commit path never does it. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)db;
+    (void)name;
+    sq_store *s = arg;
+    if (pages >= CHECKPOINT_PAGES) {
+        pthread_mutex_lock(&s->ckpt_mu);
+        s->ckpt_wanted = 1;
+        pthread_cond_signal(&s->ckpt_cv);
+        pthread_mutex_unlock(&s->ckpt_mu);
+    }
+    return SQLITE_OK;
+}
+
+static void *ckpt_main(void *arg)
+{
+    sq_store *s = arg;
+    sq_conn c;
+    if (sq_conn_open(&c, s->path) < 0)
+        return NULL; /* the WAL then grows until the next open checkpoints it */
+    pthread_mutex_lock(&s->ckpt_mu);
+    while (!s->ckpt_stop) {
+        if (!s->ckpt_wanted) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &ts);
+            if (s->ckpt_stop)
+                break;
+        }
+        s->ckpt_wanted = 0;
+        pthread_mutex_unlock(&s->ckpt_mu);
+        /* PASSIVE never waits for readers or the writer: it copies what it
+         * can and leaves the rest for the next round. */
+        sqlite3_wal_checkpoint_v2(c.db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&s->ckpt_mu);
+    }
+    pthread_mutex_unlock(&s->ckpt_mu);
+    sq_conn_close(&c);
+    return NULL;
+}
+
+/* ---- read connections -------------------------------------------------- */
+
+static int pool_get(sq_store *s, sq_conn **out)
+{
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        if (s->pool_nfree > 0) {
+            *out = s->pool_free[--s->pool_nfree];
+            pthread_mutex_unlock(&s->pool_mu);
+            return ONCE_OK;
+        }
+        if (s->pool_nopen < POOL_MAX)
+            break;
+        pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+    }
+    s->pool_nopen++;
+    pthread_mutex_unlock(&s->pool_mu);
+
+    sq_conn *c = malloc(sizeof *c);
+    int rc = c ? sq_conn_open(c, s->path) : once_fail(ONCE_ENOMEM, "read connection: out of memory");
+    if (rc == ONCE_OK && sqlite3_exec(c->db, "PRAGMA query_only = 1", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = once_fail(ONCE_ESTORE, "read connection: %s", sqlite3_errmsg(c->db));
+        sq_conn_close(c);
+    }
+    if (rc < 0) {
+        free(c);
+        pthread_mutex_lock(&s->pool_mu);
+        s->pool_nopen--;
+        pthread_cond_signal(&s->pool_cv);
+        pthread_mutex_unlock(&s->pool_mu);
+        return rc;
+    }
+    *out = c;
+    return ONCE_OK;
+}
+
+static void pool_put(sq_store *s, sq_conn *c)
+{
+    pthread_mutex_lock(&s->pool_mu);
+    s->pool_free[s->pool_nfree++] = c;
+    pthread_cond_signal(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+/* ---- running operations ------------------------------------------------ */
+
+static int op_result(sq_op *op)
+{
+    if (op->rc < 0)
+        return once_fail(op->rc, "%s", op->detail);
+    return op->rc;
+}
+
+static int run_write(sq_store *s, sq_op *op)
+{
+    int rc = bq_submit_wait(&s->queue, &op->item);
+    if (rc < 0)
+        return once_fail(rc, "the store is closing");
+    return op_result(op);
+}
+
+static int run_read(sq_store *s, sq_op *op)
+{
+    if (s->memory)
+        return run_write(s, op);
+    sq_conn *c;
+    int rc = pool_get(s, &c);
+    if (rc < 0)
+        return rc;
+    sq_op_run(c, op);
+    pool_put(s, c);
+    return op_result(op);
+}
+
+static sq_store *sq(once_store *s)
+{
+    return (sq_store *)s;
+}
+
+static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now, const char *token,
+                       once_reservation *out)
+{
+    sq_store *s = sq(st);
+    sq_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .token = token,
+                .rreq = req, .res = out};
+    /* A replay or a conflict is decided by one indexed read, without the
+     * writer and without an fsync. */
+    if (!s->memory) {
+        sq_conn *c;
+        int rc = pool_get(s, &c);
+        if (rc < 0)
+            return rc;
+        op.rc = ONCE_ESTORE;
+        op.detail[0] = '\0';
+        int answered = sq_reserve_read(c, &op);
+        pool_put(s, c);
+        if (answered)
+            return op_result(&op);
+        once_reservation_free(out);
+    }
+    return run_write(s, &op);
+}
+
+static int sqs_complete(once_store *st, const char *scope, const char *key, const char *token,
+                        const once_response *resp, const char *provider_id, int64_t now)
+{
+    sq_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
+                .provider_id = provider_id};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_settle(once_store *st, const char *scope, const char *key, const char *token, once_state to,
+                      const char *error, int64_t now)
+{
+    sq_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
+                .text = error};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_get(once_store *st, const char *scope, const char *key, once_action *out)
+{
+    sq_op op = {.kind = OP_GET, .scope = scope, .key = key, .action = out};
+    return run_read(sq(st), &op);
+}
+
+static int sqs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
+{
+    sq_op op = {.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out};
+    return run_read(sq(st), &op);
+}
+
+static int sqs_resolve(once_store *st, const char *scope, const char *key, once_outcome outcome,
+                       const char *provider_id, const char *note, int64_t now)
+{
+    sq_op op = {.kind = OP_RESOLVE, .now = now, .scope = scope, .key = key, .outcome = outcome,
+                .provider_id = provider_id, .text = note};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_expire(once_store *st, int64_t now, size_t *count)
+{
+    sq_op op = {.kind = OP_EXPIRE, .now = now};
+    int rc = run_write(sq(st), &op);
+    *count = op.count;
+    return rc;
+}
+
+static int sqs_hold(once_store *st, const char *scope, const char *key, const char *reason, int64_t now)
+{
+    sq_op op = {.kind = OP_HOLD, .now = now, .scope = scope, .key = key, .text = reason};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_sweep(once_store *st, int64_t now, size_t *count)
+{
+    sq_op op = {.kind = OP_SWEEP, .now = now};
+    int rc = run_write(sq(st), &op);
+    *count = op.count;
+    return rc;
+}
+
+static int sqs_ping(once_store *st)
+{
+    sq_op op = {.kind = OP_PING};
+    return run_read(sq(st), &op);
+}
+
+/* ---- open and close ---------------------------------------------------- */
+
+static void sqs_close(once_store *st)
+{
+    sq_store *s = sq(st);
+    if (s->writer_started) {
+        bq_close(&s->queue);
+        pthread_join(s->writer_thread, NULL);
+    }
+    if (s->ckpt_started) {
+        pthread_mutex_lock(&s->ckpt_mu);
+        s->ckpt_stop = 1;
+        pthread_cond_signal(&s->ckpt_cv);
+        pthread_mutex_unlock(&s->ckpt_mu);
+        pthread_join(s->ckpt_thread, NULL);
+    }
+    for (size_t i = 0; i < s->pool_nfree; i++) {
+        sq_conn_close(s->pool_free[i]);
+        free(s->pool_free[i]);
+    }
+    if (s->writer.db)
+        sq_conn_close(&s->writer);
+    bq_destroy(&s->queue);
+    pthread_cond_destroy(&s->ckpt_cv);
+    pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    pthread_mutex_destroy(&s->pool_mu);
+    free(s->path);
+    free(s);
+}
+
+static const store_vtable sqlite_vtable = {
+    .name = "sqlite",
+    .reserve = sqs_reserve,
+    .complete = sqs_complete,
+    .settle = sqs_settle,
+    .get = sqs_get,
+    .list = sqs_list,
+    .resolve = sqs_resolve,
+    .expire_leases = sqs_expire,
+    .hold = sqs_hold,
+    .sweep = sqs_sweep,
+    .ping = sqs_ping,
+    .close = sqs_close,
+};
+
+int sqlite_store_open(const char *path, once_store **out)
+{
+    sq_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return once_fail(ONCE_ENOMEM, "store: out of memory");
+    s->base.vt = &sqlite_vtable;
+    s->memory = strcmp(path, ":memory:") == 0;
+    s->path = once_memdup0(path, strlen(path));
+    if (!s->path || bq_init(&s->queue) < 0) {
+        free(s->path);
+        free(s);
+        return once_fail(ONCE_ENOMEM, "store: out of memory");
+    }
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_cv, NULL);
+    pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_cond_init(&s->ckpt_cv, NULL);
+
+    int rc = sq_conn_open(&s->writer, path);
+    if (rc == ONCE_OK)
+        rc = sqlite_schema_prepare(s->writer.db, s->memory);
+    if (rc == ONCE_OK && !s->memory) {
+        sqlite3_wal_hook(s->writer.db, wal_hook, s);
+        if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) != 0)
+            rc = once_fail(ONCE_ENOMEM, "store: cannot start the checkpointer thread");
+        else
+            s->ckpt_started = 1;
+    }
+    if (rc == ONCE_OK) {
+        if (pthread_create(&s->writer_thread, NULL, writer_main, s) != 0)
+            rc = once_fail(ONCE_ENOMEM, "store: cannot start the writer thread");
+        else
+            s->writer_started = 1;
+    }
+    if (rc < 0) {
+        char detail[ONCE_DETAIL_MAX];
+        snprintf(detail, sizeof detail, "%s", once_errdetail());
+        sqs_close(&s->base);
+        return once_fail(rc, "%s", detail);
+    }
+    *out = &s->base;
+    return ONCE_OK;
+}

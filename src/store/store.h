@@ -1,0 +1,43 @@
+/*
+ * store.h — the interface every store implements (SQLite now, PostgreSQL
+ * later). The ledger validates arguments and reads the clock; a store only
+ * applies already-checked operations atomically and durably.
+ */
+#ifndef ONCE_STORE_STORE_H
+#define ONCE_STORE_STORE_H
+
+#include "once/once.h"
+
+typedef struct store_vtable {
+    const char *name;
+    /* token is the fresh token for a RESERVED answer. */
+    int (*reserve)(once_store *s, const once_reserve_req *req, int64_t now, const char *token,
+                   once_reservation *out);
+    int (*complete)(once_store *s, const char *scope, const char *key, const char *token,
+                    const once_response *resp, const char *provider_id, int64_t now);
+    /* to is ONCE_STATE_RELEASED or ONCE_STATE_UNKNOWN. */
+    int (*settle)(once_store *s, const char *scope, const char *key, const char *token, once_state to,
+                  const char *error, int64_t now);
+    int (*get)(once_store *s, const char *scope, const char *key, once_action *out);
+    /* after_id: the id decoded from the cursor (0 = from the start). */
+    int (*list)(once_store *s, const once_list_req *req, int64_t after_id, once_action_list *out);
+    int (*resolve)(once_store *s, const char *scope, const char *key, once_outcome outcome,
+                   const char *provider_id, const char *note, int64_t now);
+    int (*expire_leases)(once_store *s, int64_t now, size_t *count);
+    int (*hold)(once_store *s, const char *scope, const char *key, const char *reason, int64_t now);
+    int (*sweep)(once_store *s, int64_t now, size_t *count);
+    int (*ping)(once_store *s);
+    void (*close)(once_store *s);
+} store_vtable;
+
+/* The common head of every store; implementations embed it first. */
+struct once_store {
+    const store_vtable *vt;
+    once_commit_hook commit_hook;
+    void *commit_hook_ctx;
+};
+
+/* Opens a SQLite store on path (":memory:" for a private in-memory one). */
+int sqlite_store_open(const char *path, once_store **out);
+
+#endif
