@@ -171,6 +171,9 @@ typedef struct once_reserve_req {
     int64_t retention_ms;     /* how long the outcome is replayed; 0 = 24 h */
     const uint8_t *request;   /* optional request metadata, stored with the row */
     size_t request_len;
+    int retry_unknown;        /* the provider dedupes natively on this key: an UNKNOWN
+                                 or HELD row is reserved again (attempt + 1), since
+                                 resending with the same key cannot act twice */
 } once_reserve_req;
 
 typedef enum once_reserve_status {
@@ -275,6 +278,33 @@ int once_hold(once_store *store, const char *scope, const char *key, const char 
 /* Deletes COMPLETED and RELEASED rows whose retention ended at or before now.
  * Never touches PENDING, UNKNOWN or HELD. *count (may be NULL) gets how many. */
 int once_sweep(once_store *store, int64_t now, size_t *count);
+
+/* Moves every UNKNOWN row (of scope, or of every scope when scope is NULL)
+ * to HELD with reason. *count (may be NULL) gets how many moved. */
+int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
+
+/* ---- asynchronous variants --------------------------------------------- */
+
+/* For servers that must not block a thread on an fsync (DESIGN.md §5): the
+ * operation joins the next group commit and cb runs once it is durable (or
+ * failed), on a store thread, with rc and a detail (never NULL). cb must be
+ * quick and must not call the blocking functions above. Everything the
+ * arguments point to (strings, req, response, out) must stay valid until cb
+ * has run. Return: 0 queued (cb will run exactly once); a negative code when
+ * the arguments are refused (cb will not run). */
+typedef void (*once_cb)(void *ctx, int rc, const char *detail);
+
+/* As once_reserve. Returns 1 when one indexed read already answered
+ * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD): *out is filled and cb will not run;
+ * 0 when queued: *out is filled before cb runs. */
+int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
+                       void *ctx);
+int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,
+                        const once_response *response, const char *provider_id, once_cb cb, void *ctx);
+int once_release_async(once_store *store, const char *scope, const char *key, const char *token,
+                       const char *error, once_cb cb, void *ctx);
+int once_mark_unknown_async(once_store *store, const char *scope, const char *key, const char *token,
+                            const char *error, once_cb cb, void *ctx);
 
 /* ---- helpers ----------------------------------------------------------- */
 

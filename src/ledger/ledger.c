@@ -65,7 +65,8 @@ static int check_name(const char *scope, const char *key)
     return rc < 0 ? rc : once_key_validate(key);
 }
 
-int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out)
+static int reserve(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
+                   void *ctx)
 {
     once_detail_clear();
     if (!store || !req || !out)
@@ -88,10 +89,23 @@ int once_reserve(once_store *store, const once_reserve_req *req, once_reservatio
     char token[ONCE_TOKEN_LEN + 1];
     if ((rc = once_token_new(token)) < 0)
         return rc;
-    rc = store->vt->reserve(store, &r, once_now_ms(), token, out);
+    rc = store->vt->reserve(store, &r, once_now_ms(), token, out, cb, ctx);
     if (rc < 0)
         once_reservation_free(out);
     return rc;
+}
+
+int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out)
+{
+    return reserve(store, req, out, NULL, NULL);
+}
+
+int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
+                       void *ctx)
+{
+    if (!cb)
+        return once_fail(ONCE_EINVAL, "reserve: callback is NULL");
+    return reserve(store, req, out, cb, ctx);
 }
 
 static int check_fenced(const char *scope, const char *key, const char *token)
@@ -100,8 +114,8 @@ static int check_fenced(const char *scope, const char *key, const char *token)
     return rc < 0 ? rc : validate_token(token);
 }
 
-int once_complete(once_store *store, const char *scope, const char *key, const char *token,
-                  const once_response *response, const char *provider_id)
+static int complete(once_store *store, const char *scope, const char *key, const char *token,
+                    const once_response *response, const char *provider_id, once_cb cb, void *ctx)
 {
     once_detail_clear();
     if (!store)
@@ -119,11 +133,25 @@ int once_complete(once_store *store, const char *scope, const char *key, const c
         if (response->status < 0 || response->status > 999)
             return once_fail(ONCE_EINVAL, "response: status %d out of range", response->status);
     }
-    return store->vt->complete(store, scope, key, token, response, provider_id, once_now_ms());
+    return store->vt->complete(store, scope, key, token, response, provider_id, once_now_ms(), cb, ctx);
+}
+
+int once_complete(once_store *store, const char *scope, const char *key, const char *token,
+                  const once_response *response, const char *provider_id)
+{
+    return complete(store, scope, key, token, response, provider_id, NULL, NULL);
+}
+
+int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,
+                        const once_response *response, const char *provider_id, once_cb cb, void *ctx)
+{
+    if (!cb)
+        return once_fail(ONCE_EINVAL, "complete: callback is NULL");
+    return complete(store, scope, key, token, response, provider_id, cb, ctx);
 }
 
 static int settle(once_store *store, const char *scope, const char *key, const char *token, once_state to,
-                  const char *error)
+                  const char *error, once_cb cb, void *ctx)
 {
     once_detail_clear();
     if (!store)
@@ -133,18 +161,34 @@ static int settle(once_store *store, const char *scope, const char *key, const c
         return rc;
     if ((rc = validate_text("error", error, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
-    return store->vt->settle(store, scope, key, token, to, error, once_now_ms());
+    return store->vt->settle(store, scope, key, token, to, error, once_now_ms(), cb, ctx);
 }
 
 int once_release(once_store *store, const char *scope, const char *key, const char *token, const char *error)
 {
-    return settle(store, scope, key, token, ONCE_STATE_RELEASED, error);
+    return settle(store, scope, key, token, ONCE_STATE_RELEASED, error, NULL, NULL);
 }
 
 int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
                       const char *error)
 {
-    return settle(store, scope, key, token, ONCE_STATE_UNKNOWN, error);
+    return settle(store, scope, key, token, ONCE_STATE_UNKNOWN, error, NULL, NULL);
+}
+
+int once_release_async(once_store *store, const char *scope, const char *key, const char *token,
+                       const char *error, once_cb cb, void *ctx)
+{
+    if (!cb)
+        return once_fail(ONCE_EINVAL, "release: callback is NULL");
+    return settle(store, scope, key, token, ONCE_STATE_RELEASED, error, cb, ctx);
+}
+
+int once_mark_unknown_async(once_store *store, const char *scope, const char *key, const char *token,
+                            const char *error, once_cb cb, void *ctx)
+{
+    if (!cb)
+        return once_fail(ONCE_EINVAL, "mark_unknown: callback is NULL");
+    return settle(store, scope, key, token, ONCE_STATE_UNKNOWN, error, cb, ctx);
 }
 
 int once_get(once_store *store, const char *scope, const char *key, once_action *out)
@@ -249,6 +293,25 @@ int once_hold(once_store *store, const char *scope, const char *key, const char 
     if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
     return store->vt->hold(store, scope, key, reason, once_now_ms());
+}
+
+int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count)
+{
+    once_detail_clear();
+    if (count)
+        *count = 0;
+    if (!store)
+        return once_fail(ONCE_EINVAL, "hold_unknown: store is NULL");
+    int rc;
+    if (scope && (rc = once_scope_validate(scope)) < 0)
+        return rc;
+    if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    size_t n = 0;
+    rc = store->vt->hold_unknown(store, scope, reason, once_now_ms(), &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
 }
 
 int once_sweep(once_store *store, int64_t now, size_t *count)

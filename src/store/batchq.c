@@ -25,9 +25,34 @@ void bq_destroy(batchq *q)
     pthread_mutex_destroy(&q->mu);
 }
 
-int bq_submit_wait(batchq *q, bq_item *item)
+/* Appends item; the caller holds q->mu and has checked closed. */
+static void bq_push(batchq *q, bq_item *item)
 {
     item->next = NULL;
+    if (q->tail)
+        q->tail->next = item;
+    else
+        q->head = item;
+    q->tail = item;
+    q->len++;
+    pthread_cond_signal(&q->nonempty);
+}
+
+int bq_submit(batchq *q, bq_item *item)
+{
+    pthread_mutex_lock(&q->mu);
+    if (q->closed) {
+        pthread_mutex_unlock(&q->mu);
+        return ONCE_ECLOSED;
+    }
+    bq_push(q, item);
+    pthread_mutex_unlock(&q->mu);
+    return ONCE_OK;
+}
+
+int bq_submit_wait(batchq *q, bq_item *item)
+{
+    item->on_done = NULL;
     item->done = 0;
     if (pthread_cond_init(&item->done_cond, NULL) != 0)
         return ONCE_ENOMEM;
@@ -37,13 +62,7 @@ int bq_submit_wait(batchq *q, bq_item *item)
         pthread_cond_destroy(&item->done_cond);
         return ONCE_ECLOSED;
     }
-    if (q->tail)
-        q->tail->next = item;
-    else
-        q->head = item;
-    q->tail = item;
-    q->len++;
-    pthread_cond_signal(&q->nonempty);
+    bq_push(q, item);
     while (!item->done)
         pthread_cond_wait(&item->done_cond, &q->mu);
     pthread_mutex_unlock(&q->mu);
@@ -74,8 +93,19 @@ size_t bq_take(batchq *q, bq_item **out, size_t max)
 
 void bq_finish(batchq *q, bq_item **items, size_t n)
 {
+    /* Asynchronous items first: a sleeping caller may free its item as soon
+     * as it is woken, so nothing is read from those after the signal. */
+    for (size_t i = 0; i < n; i++) {
+        bq_item *it = items[i];
+        if (it->on_done) {
+            items[i] = NULL;
+            it->on_done(it);
+        }
+    }
     pthread_mutex_lock(&q->mu);
     for (size_t i = 0; i < n; i++) {
+        if (!items[i])
+            continue;
         items[i]->done = 1;
         pthread_cond_signal(&items[i]->done_cond);
     }

@@ -14,6 +14,9 @@
 
 typedef struct bq_item {
     struct bq_item *next;
+    /* Set for an asynchronous item: called (on the writer thread, outside
+     * the queue's lock) instead of waking a sleeping caller. */
+    void (*on_done)(struct bq_item *item);
     pthread_cond_t done_cond;
     int done;
 } bq_item;
@@ -33,6 +36,10 @@ void bq_destroy(batchq *q);
 /* Queues item and waits until a writer has finished it. ONCE_ECLOSED (and
  * nothing queued) once the queue is closed. */
 int bq_submit_wait(batchq *q, bq_item *item);
+
+/* Queues an asynchronous item (on_done set) without waiting. ONCE_ECLOSED
+ * once the queue is closed. */
+int bq_submit(batchq *q, bq_item *item);
 
 /* Blocks until items are queued, then moves up to max of them into out.
  * Returns 0 only when the queue is closed and drained. */

@@ -62,6 +62,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                   "WHERE state = 'pending' AND lease_expires_at <= ?1",
     [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
                  "AND expires_at <= ?1",
+    [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = COALESCE(?2, error), updated_at = ?1 "
+                    "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3)",
     [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
                 "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
     [ST_PING] = "SELECT 1",
@@ -300,8 +302,13 @@ static int reserve_answer(sqlite3_stmt *st, const row_head *h, sq_op *op)
             break;
         }
         return 0;
-    case ONCE_STATE_UNKNOWN: status = ONCE_UNKNOWN; break;
-    case ONCE_STATE_HELD: status = ONCE_HELD; break;
+    case ONCE_STATE_UNKNOWN:
+    case ONCE_STATE_HELD:
+        /* A provider that dedupes on the key makes a resend harmless. */
+        if (op->rreq->retry_unknown)
+            return 0;
+        status = h->state == ONCE_STATE_UNKNOWN ? ONCE_UNKNOWN : ONCE_HELD;
+        break;
     default: return 0;
     }
     int rc = row_decode(st, &res->action);
@@ -389,7 +396,7 @@ static void op_reserve(sq_conn *c, sq_op *op)
         return;
     }
     done(st);
-    if (h.state == ONCE_STATE_PENDING) {
+    if (h.state == ONCE_STATE_PENDING && !r->retry_unknown) {
         /* The lease ran out and no loop has noticed yet. The attempt may
          * have acted: never hand the key to a new attempt. */
         if (!(st = stmt(c, op, ST_SET_STATE)))
@@ -413,7 +420,8 @@ static void op_reserve(sq_conn *c, sq_op *op)
             done(st);
         return;
     }
-    /* RELEASED, or COMPLETED past its retention: a new attempt. */
+    /* RELEASED, COMPLETED past its retention, or (natively deduped) UNKNOWN,
+     * HELD or an expired lease: a new attempt. */
     if (!(st = stmt(c, op, ST_REARM)))
         return;
     sqlite3_bind_int64(st, 1, h.id);
@@ -553,6 +561,20 @@ static void op_bulk(sq_conn *c, sq_op *op, enum sq_stmt which, const char *what)
     }
 }
 
+static void op_hold_all(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st = stmt(c, op, ST_HOLD_ALL);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, op->now);
+    bind_text(st, 2, op->text);
+    bind_text(st, 3, op->scope);
+    if (write_step(c, op, st, "hold unknown") == 0) {
+        op->count = (size_t)sqlite3_changes(c->db);
+        op->rc = ONCE_OK;
+    }
+}
+
 static void op_get(sq_conn *c, sq_op *op)
 {
     sqlite3_stmt *st;
@@ -637,6 +659,7 @@ void sq_op_run(sq_conn *c, sq_op *op)
     case OP_HOLD: op_hold(c, op); break;
     case OP_EXPIRE: op_bulk(c, op, ST_EXPIRE, "expire leases"); break;
     case OP_SWEEP: op_bulk(c, op, ST_SWEEP, "sweep"); break;
+    case OP_HOLD_ALL: op_hold_all(c, op); break;
     case OP_GET: op_get(c, op); break;
     case OP_LIST: op_list(c, op); break;
     case OP_PING: op_ping(c, op); break;

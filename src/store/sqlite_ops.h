@@ -20,6 +20,7 @@ enum sq_stmt {
     ST_RESOLVE,
     ST_EXPIRE,
     ST_SWEEP,
+    ST_HOLD_ALL,
     ST_LIST,
     ST_PING,
     ST_COUNT
@@ -44,6 +45,7 @@ typedef enum sq_op_kind {
     OP_EXPIRE,
     OP_HOLD,
     OP_SWEEP,
+    OP_HOLD_ALL,
     OP_GET,
     OP_LIST,
     OP_PING
@@ -72,6 +74,12 @@ typedef struct sq_op {
     size_t count;
     int rc;
     char detail[ONCE_DETAIL_MAX];
+    /* Asynchronous operations only: the callback, and copies of what the
+     * ledger passed on its stack. */
+    once_cb cb;
+    void *cb_ctx;
+    once_reserve_req rreq_copy;
+    char token_buf[ONCE_TOKEN_LEN + 1];
 } sq_op;
 
 /* Runs op on c; sets op->rc (and op->detail on error). Writes happen in

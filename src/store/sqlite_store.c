@@ -243,6 +243,39 @@ static int run_write(sq_store *s, sq_op *op)
     return op_result(op);
 }
 
+static void async_done(bq_item *item)
+{
+    sq_op *op = (sq_op *)item;
+    op->cb(op->cb_ctx, op->rc, op->rc < 0 ? op->detail : "");
+    free(op);
+}
+
+/* Queues a heap copy of op whose callback runs after the commit. */
+static int run_async(sq_store *s, const sq_op *op, once_cb cb, void *ctx)
+{
+    sq_op *h = malloc(sizeof *h);
+    if (!h)
+        return once_fail(ONCE_ENOMEM, "out of memory");
+    *h = *op;
+    h->item.on_done = async_done;
+    h->cb = cb;
+    h->cb_ctx = ctx;
+    if (op->rreq) {
+        h->rreq_copy = *op->rreq;
+        h->rreq = &h->rreq_copy;
+    }
+    if (op->token) {
+        snprintf(h->token_buf, sizeof h->token_buf, "%s", op->token);
+        h->token = h->token_buf;
+    }
+    int rc = bq_submit(&s->queue, &h->item);
+    if (rc < 0) {
+        free(h);
+        return once_fail(rc, "the store is closing");
+    }
+    return ONCE_OK;
+}
+
 static int run_read(sq_store *s, sq_op *op)
 {
     if (s->memory)
@@ -262,7 +295,7 @@ static sq_store *sq(once_store *s)
 }
 
 static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now, const char *token,
-                       once_reservation *out)
+                       once_reservation *out, once_cb cb, void *ctx)
 {
     sq_store *s = sq(st);
     sq_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .token = token,
@@ -278,27 +311,30 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
         op.detail[0] = '\0';
         int answered = sq_reserve_read(c, &op);
         pool_put(s, c);
-        if (answered)
-            return op_result(&op);
+        if (answered) {
+            rc = op_result(&op);
+            return cb && rc == ONCE_OK ? 1 : rc;
+        }
         once_reservation_free(out);
     }
-    return run_write(s, &op);
+    return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);
 }
 
 static int sqs_complete(once_store *st, const char *scope, const char *key, const char *token,
-                        const once_response *resp, const char *provider_id, int64_t now)
+                        const once_response *resp, const char *provider_id, int64_t now, once_cb cb,
+                        void *ctx)
 {
     sq_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
                 .provider_id = provider_id};
-    return run_write(sq(st), &op);
+    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
 
 static int sqs_settle(once_store *st, const char *scope, const char *key, const char *token, once_state to,
-                      const char *error, int64_t now)
+                      const char *error, int64_t now, once_cb cb, void *ctx)
 {
     sq_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
                 .text = error};
-    return run_write(sq(st), &op);
+    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
 
 static int sqs_get(once_store *st, const char *scope, const char *key, once_action *out)
@@ -338,6 +374,14 @@ static int sqs_hold(once_store *st, const char *scope, const char *key, const ch
 static int sqs_sweep(once_store *st, int64_t now, size_t *count)
 {
     sq_op op = {.kind = OP_SWEEP, .now = now};
+    int rc = run_write(sq(st), &op);
+    *count = op.count;
+    return rc;
+}
+
+static int sqs_hold_unknown(once_store *st, const char *scope, const char *reason, int64_t now, size_t *count)
+{
+    sq_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .text = reason};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;
@@ -391,6 +435,7 @@ static const store_vtable sqlite_vtable = {
     .expire_leases = sqs_expire,
     .hold = sqs_hold,
     .sweep = sqs_sweep,
+    .hold_unknown = sqs_hold_unknown,
     .ping = sqs_ping,
     .close = sqs_close,
 };

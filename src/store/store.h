@@ -10,14 +10,17 @@
 
 typedef struct store_vtable {
     const char *name;
+    /* Writes take an optional callback: NULL means block until durable;
+     * otherwise copy what the caller's stack holds (req, token) and return 0
+     * once queued, calling cb later (see once_reserve_async). */
     /* token is the fresh token for a RESERVED answer. */
     int (*reserve)(once_store *s, const once_reserve_req *req, int64_t now, const char *token,
-                   once_reservation *out);
+                   once_reservation *out, once_cb cb, void *ctx);
     int (*complete)(once_store *s, const char *scope, const char *key, const char *token,
-                    const once_response *resp, const char *provider_id, int64_t now);
+                    const once_response *resp, const char *provider_id, int64_t now, once_cb cb, void *ctx);
     /* to is ONCE_STATE_RELEASED or ONCE_STATE_UNKNOWN. */
     int (*settle)(once_store *s, const char *scope, const char *key, const char *token, once_state to,
-                  const char *error, int64_t now);
+                  const char *error, int64_t now, once_cb cb, void *ctx);
     int (*get)(once_store *s, const char *scope, const char *key, once_action *out);
     /* after_id: the id decoded from the cursor (0 = from the start). */
     int (*list)(once_store *s, const once_list_req *req, int64_t after_id, once_action_list *out);
@@ -26,6 +29,7 @@ typedef struct store_vtable {
     int (*expire_leases)(once_store *s, int64_t now, size_t *count);
     int (*hold)(once_store *s, const char *scope, const char *key, const char *reason, int64_t now);
     int (*sweep)(once_store *s, int64_t now, size_t *count);
+    int (*hold_unknown)(once_store *s, const char *scope, const char *reason, int64_t now, size_t *count);
     int (*ping)(once_store *s);
     void (*close)(once_store *s);
 } store_vtable;
