@@ -67,7 +67,7 @@ const char *once_errdetail(void);
 #define ONCE_KEY_MAX 255                 /* bytes, printable ASCII 0x20..0x7e */
 #define ONCE_SCOPE_MAX 64                /* bytes of [A-Za-z0-9._-] */
 #define ONCE_FINGERPRINT_MAX 128         /* bytes of printable ASCII */
-#define ONCE_PROVIDER_ID_MAX 255         /* bytes */
+#define ONCE_PROVIDER_ID_MAX 255         /* bytes of printable ASCII */
 #define ONCE_TEXT_MAX 4096               /* error, note, reason: bytes */
 #define ONCE_REQUEST_MAX (16u << 20)     /* request metadata blob */
 #define ONCE_HEADERS_MAX (1u << 20)      /* stored response headers blob */

@@ -1,0 +1,181 @@
+/*
+ * cmd_show.c — `once show SCOPE KEY`: everything the ledger knows about one
+ * action, as `field: value` lines for people or as the JSON record.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "json/action_json.h"
+
+/* A body can be megabytes; a person needs its start to recognise it. */
+#define SHOW_PREVIEW_MAX 200
+
+enum { SHOW_OPT_JSON = 2100 };
+
+static int show_run(cli_ctx *ctx, int argc, char **argv);
+
+const cli_command cli_cmd_show = {
+    .name = "show",
+    .run = show_run,
+    .usage = "once show SCOPE KEY [--json]",
+    .summary = "Show one action, with its stored response.",
+    .help = "Options:\n"
+            "  --json   the JSON record instead of field: value lines\n",
+};
+
+/* Prints "name: value" with value escaped (and cut when max > 0); "-" for
+ * NULL. 0 or ONCE_ENOMEM. */
+static int show_print_field(const char *name, const char *value, size_t len, size_t max)
+{
+    if (value == NULL) {
+        printf("%s: -\n", name);
+        return ONCE_OK;
+    }
+    char *e = cli_escape_dup(value, len, max);
+    if (e == NULL)
+        return ONCE_ENOMEM;
+    printf("%s: %s\n", name, e);
+    free(e);
+    return ONCE_OK;
+}
+
+static int show_print_text(const char *name, const char *value)
+{
+    return show_print_field(name, value, value != NULL ? strlen(value) : 0, 0);
+}
+
+static void show_print_time(const char *name, int64_t ms)
+{
+    char buf[32];
+    printf("%s: %s\n", name, cli_format_time(ms, buf, sizeof buf));
+}
+
+static int show_print_response(const once_action *a)
+{
+    if (!a->has_response) {
+        fputs("response: -\n", stdout);
+        return ONCE_OK;
+    }
+    const once_response *r = &a->response;
+    if (r->body != NULL)
+        printf("response: status %d, body %zu bytes\n", r->status, r->body_len);
+    else
+        printf("response: status %d, no body\n", r->status);
+    int rc = ONCE_OK;
+    if (r->headers != NULL)
+        rc = show_print_field("headers", r->headers, r->headers_len, SHOW_PREVIEW_MAX);
+    if (rc != ONCE_OK || r->body == NULL)
+        return rc;
+    if (json_utf8_check(r->body, r->body_len))
+        return show_print_field("body", (const char *)r->body, r->body_len, SHOW_PREVIEW_MAX);
+    fputs("body: (binary; see --json for body_base64)\n", stdout);
+    return ONCE_OK;
+}
+
+static int show_print_action(const once_action *a)
+{
+    char attempt[24];
+    snprintf(attempt, sizeof attempt, "%lld", (long long)a->attempt);
+    int rc = show_print_text("scope", a->scope);
+    if (rc == ONCE_OK)
+        rc = show_print_text("key", a->key);
+    if (rc != ONCE_OK)
+        return rc;
+    const char *state = once_state_name(a->state);
+    printf("state: %s\n", state != NULL ? state : "?");
+    printf("attempt: %s\n", attempt);
+    show_print_time("created_at", a->created_at);
+    show_print_time("updated_at", a->updated_at);
+    show_print_time("lease_expires_at", a->lease_expires_at);
+    show_print_time("expires_at", a->expires_at);
+    rc = show_print_text("fingerprint", a->fingerprint);
+    if (rc == ONCE_OK)
+        rc = show_print_text("provider_id", a->provider_id);
+    if (rc == ONCE_OK)
+        rc = show_print_text("error", a->error);
+    if (rc == ONCE_OK)
+        rc = show_print_text("note", a->note);
+    if (rc == ONCE_OK)
+        rc = show_print_response(a);
+    return rc;
+}
+
+static int show_print_json(const once_action *a)
+{
+    json_t *j = NULL;
+    int rc = action_json_from(a, &j);
+    if (rc != ONCE_OK)
+        return rc;
+    int w = json_dumpf(j, stdout, JSON_INDENT(2));
+    json_decref(j);
+    if (w != 0)
+        return ONCE_ENOMEM;
+    fputc('\n', stdout);
+    return ONCE_OK;
+}
+
+static int show_run(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, SHOW_OPT_JSON},
+        {"store", required_argument, NULL, CLI_OPT_STORE},
+        {"help", no_argument, NULL, CLI_OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    int json = 0;
+    int c;
+    while ((c = cli_getopt(ctx, &cli_cmd_show, argc, argv, ":h", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_HELP:
+            cli_print_command_help(&cli_cmd_show, stdout);
+            return cli_finish_stdout(CLI_EXIT_OK);
+        case SHOW_OPT_JSON:
+            json = 1;
+            break;
+        default:
+            return cli_fail_usage(&cli_cmd_show, "unexpected option");
+        }
+    }
+    if (argc - optind < 2)
+        return cli_fail_usage(&cli_cmd_show, "missing %s",
+                              argc - optind == 0 ? "SCOPE and KEY" : "KEY");
+    if (argc - optind > 2)
+        return cli_fail_usage(&cli_cmd_show, "too many arguments");
+    const char *scope = argv[optind];
+    const char *key = argv[optind + 1];
+    int code = cli_check_scope_key(scope, key);
+    if (code != CLI_EXIT_OK)
+        return code;
+
+    once_store *store = NULL;
+    code = cli_open_store(ctx, &store);
+    if (code != CLI_EXIT_OK)
+        return code;
+    once_action a = {0};
+    int rc = once_get(store, scope, key, &a);
+    if (rc != ONCE_OK) {
+        char *qs = cli_escape_dup(scope, strlen(scope), 64);
+        char *qk = cli_escape_dup(key, strlen(key), 64);
+        char what[192];
+        snprintf(what, sizeof what, "action %s %s", qs != NULL ? qs : "?", qk != NULL ? qk : "?");
+        free(qs);
+        free(qk);
+        code = cli_fail_once(rc, what);
+        once_store_close(store);
+        return code;
+    }
+    once_store_close(store);
+
+    rc = json ? show_print_json(&a) : show_print_action(&a);
+    once_action_free(&a);
+    if (rc != ONCE_OK) {
+        cli_print_error("cannot format the action: %s", once_strerror(rc));
+        return cli_finish_stdout(CLI_EXIT_STORE);
+    }
+    return cli_finish_stdout(CLI_EXIT_OK);
+}

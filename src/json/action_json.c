@@ -1,0 +1,276 @@
+/*
+ * action_json.c — turns a once_action into the JSON record that `once ls
+ * --json`, `once show --json` and the HTTP API print. Stored text comes from
+ * callers and providers, so nothing here trusts it to be valid UTF-8: the
+ * output is always valid JSON.
+ */
+#include "json/action_json.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+/* EVP_EncodeBlock takes an int length; encoding in chunks of whole 3-byte
+ * groups keeps any body size safe and the output identical to one call. */
+#define JSON_B64_CHUNK ((size_t)3 * 16384)
+
+int json_time_format(int64_t ms, char *buf, size_t len)
+{
+    if (buf == NULL || len < JSON_TIME_LEN)
+        return ONCE_EINVAL;
+    /* Floor division, so times before 1970 still get a 0..999 fraction. */
+    int64_t secs = ms / 1000;
+    int64_t frac = ms % 1000;
+    if (frac < 0) {
+        frac += 1000;
+        secs -= 1;
+    }
+    time_t t = (time_t)secs;
+    if ((int64_t)t != secs)
+        return ONCE_EINVAL;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL)
+        return ONCE_EINVAL;
+    long year = (long)tm.tm_year + 1900L;
+    if (year < 0 || year > 9999)
+        return ONCE_EINVAL;
+    int n = snprintf(buf, len, "%04ld-%02d-%02dT%02d:%02d:%02d.%03dZ", year, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)frac);
+    if (n < 0 || (size_t)n >= len)
+        return ONCE_EINVAL;
+    return ONCE_OK;
+}
+
+size_t json_utf8_seq_len(const uint8_t *p, size_t n)
+{
+    uint8_t b0 = p[0];
+    if (b0 < 0x80)
+        return 1;
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+        need = 2;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+        need = 3;
+        if (b0 == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (b0 == 0xed)
+            hi = 0x9f; /* UTF-16 surrogates */
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+        need = 4;
+        if (b0 == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (b0 == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+    } else {
+        return 0; /* continuation byte, 0xc0/0xc1 overlongs, 0xf5.. */
+    }
+    if (n < need)
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < need; i++) {
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    }
+    return need;
+}
+
+int json_utf8_check(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t l = json_utf8_seq_len(p + i, n - i);
+        if (l == 0)
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
+/* A JSON string of s[0..len), with each byte that is not part of well-formed
+ * UTF-8 replaced by U+FFFD, so a stray byte costs one character rather than
+ * the whole field. NULL only when out of memory. */
+static json_t *json_new_lossy(const char *s, size_t len)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    if (json_utf8_check(p, len))
+        return json_stringn_nocheck(s, len);
+    if (len > (SIZE_MAX - 1) / 3)
+        return NULL;
+    char *buf = malloc(len * 3 + 1); /* each bad byte grows to 3 */
+    if (buf == NULL)
+        return NULL;
+    size_t o = 0;
+    size_t i = 0;
+    while (i < len) {
+        size_t l = json_utf8_seq_len(p + i, len - i);
+        if (l == 0) {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i += 1;
+        } else {
+            memcpy(buf + o, p + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    json_t *j = json_stringn_nocheck(buf, o);
+    free(buf);
+    return j;
+}
+
+/* A JSON string of a NUL-terminated text field, or null when it is NULL. */
+static json_t *json_new_text(const char *s)
+{
+    if (s == NULL)
+        return json_null();
+    return json_new_lossy(s, strlen(s));
+}
+
+static json_t *json_new_time(int64_t ms)
+{
+    if (ms == 0)
+        return json_null();
+    char buf[JSON_TIME_LEN];
+    if (json_time_format(ms, buf, sizeof buf) != ONCE_OK) {
+        /* Out of RFC 3339's range: keep the raw number rather than lie. */
+        return json_integer((json_int_t)ms);
+    }
+    return json_string_nocheck(buf);
+}
+
+/* Base64 (RFC 4648, padded) of p[0..n) as a JSON string; NULL when out of
+ * memory. */
+static json_t *json_new_base64(const uint8_t *p, size_t n)
+{
+    size_t groups = n / 3 + (n % 3 != 0);
+    if (groups > (SIZE_MAX - 1) / 4)
+        return NULL;
+    size_t cap = groups * 4 + 1;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return NULL;
+    size_t o = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t chunk = n - i < JSON_B64_CHUNK ? n - i : JSON_B64_CHUNK;
+        int w = EVP_EncodeBlock((unsigned char *)buf + o, p + i, (int)chunk);
+        if (w < 0) {
+            free(buf);
+            return NULL;
+        }
+        o += (size_t)w;
+        i += chunk;
+    }
+    buf[o] = '\0';
+    json_t *j = json_stringn_nocheck(buf, o);
+    free(buf);
+    return j;
+}
+
+/* The stored headers blob: the server writes JSON, so show it as JSON; any
+ * other blob is still worth seeing, as a string. */
+static json_t *json_new_headers(const once_response *r)
+{
+    if (r->headers == NULL)
+        return json_null();
+    json_error_t err;
+    json_t *j = json_loadb(r->headers, r->headers_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+                           &err);
+    if (j != NULL)
+        return j;
+    return json_new_lossy(r->headers, r->headers_len);
+}
+
+/* json_object_set_new steals value even when it fails, so a NULL value (an
+ * allocation that failed) is the only case needing a check of its own. */
+static int json_put(json_t *obj, const char *name, json_t *value)
+{
+    if (value == NULL)
+        return ONCE_ENOMEM;
+    if (json_object_set_new_nocheck(obj, name, value) != 0)
+        return ONCE_ENOMEM;
+    return ONCE_OK;
+}
+
+static json_t *json_new_response(const once_action *a, int *rc)
+{
+    *rc = ONCE_OK;
+    if (!a->has_response)
+        return json_null();
+    const once_response *r = &a->response;
+    json_t *obj = json_object();
+    if (obj == NULL) {
+        *rc = ONCE_ENOMEM;
+        return NULL;
+    }
+    int e = json_put(obj, "status", json_integer(r->status));
+    if (e == ONCE_OK)
+        e = json_put(obj, "headers", json_new_headers(r));
+    if (e == ONCE_OK) {
+        if (r->body == NULL)
+            e = json_put(obj, "body", json_null());
+        else if (json_utf8_check(r->body, r->body_len))
+            e = json_put(obj, "body", json_stringn_nocheck((const char *)r->body, r->body_len));
+        else
+            e = json_put(obj, "body_base64", json_new_base64(r->body, r->body_len));
+    }
+    if (e != ONCE_OK) {
+        json_decref(obj);
+        *rc = e;
+        return NULL;
+    }
+    return obj;
+}
+
+int action_json_from(const once_action *a, json_t **out)
+{
+    if (a == NULL || out == NULL)
+        return ONCE_EINVAL;
+    const char *state = once_state_name(a->state);
+    if (state == NULL)
+        return ONCE_EINVAL;
+    json_t *obj = json_object();
+    if (obj == NULL)
+        return ONCE_ENOMEM;
+
+    int rc = json_put(obj, "scope", json_new_text(a->scope));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "key", json_new_text(a->key));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "state", json_string_nocheck(state));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "attempt", json_integer((json_int_t)a->attempt));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "created_at", json_new_time(a->created_at));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "updated_at", json_new_time(a->updated_at));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "lease_expires_at", json_new_time(a->lease_expires_at));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "expires_at", json_new_time(a->expires_at));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "fingerprint", json_new_text(a->fingerprint));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "provider_id", json_new_text(a->provider_id));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "error", json_new_text(a->error));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "note", json_new_text(a->note));
+    if (rc == ONCE_OK) {
+        json_t *resp = json_new_response(a, &rc);
+        if (rc == ONCE_OK)
+            rc = json_put(obj, "response", resp);
+    }
+    if (rc != ONCE_OK) {
+        json_decref(obj);
+        return rc;
+    }
+    *out = obj;
+    return ONCE_OK;
+}
