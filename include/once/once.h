@@ -208,6 +208,12 @@ int once_reserve(once_store *store, const once_reserve_req *req, once_reservatio
 
 /* ---- outcomes (fenced by the token) ------------------------------------ */
 
+/* Fenced calls (complete, release, mark_unknown) check the token before the
+ * state: a token that is not the current attempt's is ONCE_ESTALE whatever
+ * the row's state; a malformed token (not 32 lower-case hex characters) is
+ * ONCE_EINVAL. Negative retention, a NULL pointer with a non-zero length and
+ * anything over the limits above are ONCE_EINVAL. */
+
 /* PENDING -> COMPLETED with response (may be NULL) and provider_id (may be
  * NULL). With the current token, a row that is UNKNOWN or HELD is completed
  * too, noted as a late completion: it is the truth about the world. A

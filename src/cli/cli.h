@@ -25,6 +25,7 @@ enum cli_exit {
 
 typedef struct cli_ctx {
     const char *store_url; /* --store, else $ONCE_STORE, else the default */
+    int store_given;       /* --store was on the command line (serve: it beats the file) */
 } cli_ctx;
 
 typedef int (*cli_run_fn)(cli_ctx *ctx, int argc, char **argv);
@@ -43,6 +44,8 @@ extern const cli_command cli_cmd_ls;
 extern const cli_command cli_cmd_show;
 extern const cli_command cli_cmd_resolve;
 extern const cli_command cli_cmd_gc;
+extern const cli_command cli_cmd_serve;
+extern const cli_command cli_cmd_check_config;
 
 /* ---- errors (cli_util.c) ---- */
 

@@ -98,6 +98,7 @@ int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
                 return -2;
             }
             ctx->store_url = optarg;
+            ctx->store_given = 1;
             continue;
         case '?':
             /* optind has moved past the offending argument; inside a

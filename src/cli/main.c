@@ -29,7 +29,8 @@ static const cli_command main_cmd_version = {
 };
 
 static const cli_command *const main_commands[] = {
-    &cli_cmd_ls, &cli_cmd_show, &cli_cmd_resolve, &cli_cmd_gc, &main_cmd_version, &main_cmd_help,
+    &cli_cmd_serve, &cli_cmd_check_config, &cli_cmd_ls,       &cli_cmd_show,
+    &cli_cmd_resolve, &cli_cmd_gc,          &main_cmd_version, &main_cmd_help,
 };
 
 #define MAIN_NCOMMANDS (sizeof main_commands / sizeof main_commands[0])
@@ -123,7 +124,7 @@ static int main_run_version(cli_ctx *ctx, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    cli_ctx ctx;
+    cli_ctx ctx = {0};
     const char *env = getenv("ONCE_STORE");
     ctx.store_url = env != NULL && env[0] != '\0' ? env : CLI_DEFAULT_STORE;
 
@@ -140,11 +141,13 @@ int main(int argc, char **argv)
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
                 return cli_fail_usage(NULL, "option '--store' needs a value");
             ctx.store_url = argv[i + 1];
+            ctx.store_given = 1;
             i += 2;
         } else if (strncmp(a, "--store=", 8) == 0) {
             if (a[8] == '\0')
                 return cli_fail_usage(NULL, "option '--store' needs a value");
             ctx.store_url = a + 8;
+            ctx.store_given = 1;
             i++;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             main_print_help(stdout);

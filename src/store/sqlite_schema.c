@@ -107,6 +107,11 @@ static int schema_check(sqlite3 *db, long long *version)
         return rc;
     if (app != 0 && app != SQ_APPLICATION_ID)
         return once_fail(ONCE_ENOTDB, "the file is a SQLite database of another application (id %lld)", app);
+    if (*version > LATEST)
+        return once_fail(ONCE_ESCHEMA,
+                         "the store has schema version %lld but this once knows only up to %d: "
+                         "upgrade once (the file was left untouched)",
+                         *version, LATEST);
     if (app == 0) {
         rc = pragma_int(db, "SELECT count(*) FROM sqlite_master", &foreign);
         if (rc < 0)
@@ -114,11 +119,6 @@ static int schema_check(sqlite3 *db, long long *version)
         if (foreign > 0)
             return once_fail(ONCE_ENOTDB, "the file is a SQLite database with tables of another application");
     }
-    if (*version > LATEST)
-        return once_fail(ONCE_ESCHEMA,
-                         "the store has schema version %lld but this once knows only up to %d: "
-                         "upgrade once (the file was left untouched)",
-                         *version, LATEST);
     return ONCE_OK;
 }
 

@@ -1,0 +1,76 @@
+/*
+ * cmd_serve.c — `once serve`: load the configuration, apply the command
+ * line over it, and run the gateway until SIGTERM.
+ *
+ * Precedence, most specific first: --listen/--store flags, then ONCE_LISTEN /
+ * ONCE_STORE (applied by config_load), then the file.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "server/config.h"
+#include "server/server.h"
+
+static int serve_run(cli_ctx *ctx, int argc, char **argv);
+
+const cli_command cli_cmd_serve = {
+    .name = "serve",
+    .run = serve_run,
+    .usage = "once serve --config FILE [--listen ADDR] [--store URL]",
+    .summary = "Run the gateway: the idempotent proxy and the actions API.",
+    .help = "Logs one JSON line per request on stderr. SIGTERM or SIGINT: stop accepting,\n"
+            "let in-flight calls finish within shutdown_grace, exit 0.\n",
+};
+
+/* Replaces *slot (owned by the config) with a copy of value. */
+static int serve_override(char **slot, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return -1;
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static int serve_run(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"listen", required_argument, NULL, 'l'},
+        {"store", required_argument, NULL, CLI_OPT_STORE},
+        {"help", no_argument, NULL, CLI_OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config = NULL, *listen = NULL;
+    int c;
+    while ((c = cli_getopt(ctx, &cli_cmd_serve, argc, argv, ":hc:l:", opts)) != -1) {
+        switch (c) {
+        case -2: return CLI_EXIT_USAGE;
+        case CLI_OPT_HELP: cli_print_command_help(&cli_cmd_serve, stdout); return cli_finish_stdout(CLI_EXIT_OK);
+        case 'c': config = optarg; break;
+        case 'l': listen = optarg; break;
+        default: break;
+        }
+    }
+    if (optind < argc)
+        return cli_fail_usage(&cli_cmd_serve, "unexpected argument '%s'", argv[optind]);
+    if (!config)
+        return cli_fail_usage(&cli_cmd_serve, "--config FILE is required");
+    once_config cfg;
+    char err[512];
+    if (config_load(config, &cfg, err, sizeof err) < 0) {
+        cli_print_error("%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    if ((listen && serve_override(&cfg.listen, listen) < 0) ||
+        (ctx->store_given && serve_override(&cfg.store, ctx->store_url) < 0)) {
+        cli_print_error("out of memory");
+        config_free(&cfg);
+        return CLI_EXIT_STORE;
+    }
+    int status = server_run(&cfg);
+    config_free(&cfg);
+    return status;
+}

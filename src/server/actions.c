@@ -1,0 +1,503 @@
+/*
+ * actions.c — the actions API (/v1/actions…), for agents that call their
+ * providers with their own SDKs: they reserve, act, and report the outcome
+ * with the attempt's token. Same ledger, same rules as the proxy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json/action_json.h"
+#include "server/server.h"
+
+#define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
+
+typedef struct act {
+    req *r;
+    json_t *body;
+    char scope[ONCE_SCOPE_MAX + 1];
+    char key[ONCE_KEY_MAX + 1];
+    char token[ONCE_TOKEN_LEN + 1];
+    once_reserve_req rreq;
+    once_reservation res;
+    char *request_text;
+    char *result_text;
+    once_response resp;
+    const char *provider_id;
+    const char *text;
+    once_outcome outcome;
+    once_state settled; /* the state a complete/release/unknown leads to */
+} act;
+
+static void act_free(void *arg)
+{
+    act *a = arg;
+    if (!a)
+        return;
+    json_decref(a->body);
+    once_reservation_free(&a->res);
+    free(a->request_text);
+    free(a->result_text);
+    free(a);
+}
+
+/* Maps a ledger error to its problem. */
+static void act_fail(req *r, int rc, const char *detail)
+{
+    switch (rc) {
+    case ONCE_ENOTFOUND: req_problem(r, 404, "not_found", "Not found", NULL, "%s", detail); break;
+    case ONCE_ESTALE: req_problem(r, 409, "stale_token", "Stale token", NULL, "%s", detail); break;
+    case ONCE_ESTATE: req_problem(r, 409, "invalid_transition", "Invalid transition", NULL, "%s", detail); break;
+    case ONCE_EINVAL:
+        if (strncmp(detail, "key:", 4) == 0)
+            req_problem(r, 400, "invalid_key", "Invalid key", NULL, "%s", detail);
+        else if (strncmp(detail, "scope:", 6) == 0)
+            req_problem(r, 400, "invalid_scope", "Invalid scope", NULL, "%s", detail);
+        else
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", detail);
+        break;
+    default: req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "%s", detail); break;
+    }
+}
+
+static json_t *time_json(int64_t ms)
+{
+    char t[JSON_TIME_LEN];
+    if (ms == 0 || json_time_format(ms, t, sizeof t) < 0)
+        return json_null();
+    return json_string(t);
+}
+
+/* ---- JSON bodies ---------------------------------------------------------- */
+
+static act *act_new(req *r)
+{
+    act *a = calloc(1, sizeof *a);
+    if (!a) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return NULL;
+    }
+    a->r = r;
+    r->state = a;
+    r->state_free = act_free;
+    return a;
+}
+
+/* Parses the body as a JSON object into a->body; answers 400 if it is not. */
+static int body_parse(act *a)
+{
+    req *r = a->r;
+    json_error_t err;
+    a->body = json_loadb((const char *)(r->body.data ? r->body.data : (const uint8_t *)""), r->body.len,
+                         JSON_REJECT_DUPLICATES, &err);
+    if (!a->body || !json_is_object(a->body)) {
+        req_problem(r, 400, "invalid_json", "Invalid JSON", NULL, "the body must be a JSON object%s%s",
+                    a->body ? "" : ": ", a->body ? "" : err.text);
+        return -1;
+    }
+    return 0;
+}
+
+/* A string member: required or optional. Answers 400 when missing or not a
+ * string; copies into out (cap bytes) when out is given. */
+static int member_str(act *a, const char *name, int required, const char **value)
+{
+    json_t *v = json_object_get(a->body, name);
+    *value = NULL;
+    if (!v || json_is_null(v)) {
+        if (required) {
+            req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'%s' is required", name);
+            return -1;
+        }
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'%s' must be a string", name);
+        return -1;
+    }
+    *value = json_string_value(v);
+    return 0;
+}
+
+/* scope, key (and token when fenced) into a, validated. */
+static int member_name(act *a, int fenced)
+{
+    const char *scope, *key, *token = NULL;
+    if (member_str(a, "scope", 1, &scope) < 0 || member_str(a, "key", 1, &key) < 0 ||
+        (fenced && member_str(a, "token", 1, &token) < 0))
+        return -1;
+    int rc = once_scope_validate(scope);
+    if (rc == ONCE_OK)
+        rc = once_key_validate(key);
+    if (rc < 0) {
+        act_fail(a->r, rc, once_errdetail());
+        return -1;
+    }
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    snprintf(a->key, sizeof a->key, "%s", key);
+    if (token) {
+        if (strlen(token) != ONCE_TOKEN_LEN) {
+            req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'token' is malformed");
+            return -1;
+        }
+        snprintf(a->token, sizeof a->token, "%s", token);
+    }
+    req_note_key(a->r, a->scope, a->key);
+    return 0;
+}
+
+/* ---- POST /v1/actions ------------------------------------------------------ */
+
+static void reserve_answer(act *a)
+{
+    req *r = a->r;
+    metrics *m = r->srv->metrics;
+    once_reservation *res = &a->res;
+    switch (res->status) {
+    case ONCE_RESERVED:
+        metrics_action(m, a->scope, MO_NEW);
+        req_json(r, 201, json_pack("{s:s, s:s, s:I, s:o}", "status", "reserved", "token", res->token, "attempt",
+                                   (json_int_t)res->attempt, "lease_expires_at", time_json(res->lease_expires_at)));
+        return;
+    case ONCE_COMPLETED: {
+        metrics_action(m, a->scope, res->fingerprint_mismatch ? MO_MISMATCH : MO_REPLAYED);
+        once_action *row = &res->action;
+        json_t *result = json_null();
+        if (row->has_response && row->response.body) {
+            json_t *parsed = json_loadb((const char *)row->response.body, row->response.body_len, JSON_DECODE_ANY,
+                                        NULL);
+            result = parsed ? parsed : json_stringn((const char *)row->response.body, row->response.body_len);
+        }
+        req_json(r, 200, json_pack("{s:s, s:o, s:s?, s:b, s:b}", "status", "completed", "result",
+                                   result ? result : json_null(), "provider_id", row->provider_id, "replayed", 1,
+                                   "fingerprint_mismatch", res->fingerprint_mismatch));
+        return;
+    }
+    case ONCE_IN_FLIGHT:
+        metrics_action(m, a->scope, MO_IN_FLIGHT);
+        req_problem(r, 409, "key_in_flight", "Key in flight",
+                    json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", time_json(res->lease_expires_at)),
+                    "another attempt holds this key");
+        return;
+    default: {
+        int held = res->status == ONCE_HELD;
+        metrics_action(m, a->scope, held ? MO_HELD : MO_UNKNOWN);
+        req_problem(r, 409, "outcome_unknown", "Outcome unknown",
+                    json_pack("{s:s, s:s}", "state", held ? "held" : "unknown", "reason",
+                              res->action.error ? res->action.error : ""),
+                    "an earlier attempt may have performed this action; resolve it before trying again");
+    }
+    }
+}
+
+static void on_reserved(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0)
+        act_fail(a->r, rc, detail);
+    else
+        reserve_answer(a);
+}
+
+static void actions_reserve(req *r)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0 || member_name(a, 0) < 0)
+        return;
+    const char *fp;
+    if (member_str(a, "fingerprint", 0, &fp) < 0)
+        return;
+    int64_t lease = r->srv->cfg->lease_ms;
+    json_t *l = json_object_get(a->body, "lease_ms");
+    if (l && !json_is_null(l)) {
+        if (!json_is_integer(l)) {
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
+            return;
+        }
+        lease = json_integer_value(l);
+    }
+    json_t *request = json_object_get(a->body, "request");
+    if (request && !json_is_null(request)) {
+        a->request_text = json_dumps(request, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!a->request_text) {
+            req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+            return;
+        }
+    }
+    a->rreq = (once_reserve_req){.scope = a->scope,
+                                 .key = a->key,
+                                 .fingerprint = fp,
+                                 .lease_ms = lease,
+                                 .retention_ms = r->srv->cfg->retention_ms,
+                                 .request = (const uint8_t *)a->request_text,
+                                 .request_len = a->request_text ? strlen(a->request_text) : 0};
+    int rc = once_reserve_async(r->srv->store, &a->rreq, &a->res, on_reserved, a);
+    if (rc == 1)
+        reserve_answer(a);
+    else if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
+/* ---- complete / release / unknown ------------------------------------------ */
+
+static void on_settled(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0) {
+        act_fail(a->r, rc, detail);
+        return;
+    }
+    req_json(a->r, 200, json_pack("{s:s, s:s, s:s}", "scope", a->scope, "key", a->key, "state",
+                                  once_state_name(a->settled)));
+}
+
+static void actions_settle(req *r, const char *verb)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0)
+        return;
+    once_store *st = r->srv->store;
+    int rc;
+    if (strcmp(verb, "complete") == 0) {
+        if (member_str(a, "provider_id", 0, &a->provider_id) < 0)
+            return;
+        json_t *result = json_object_get(a->body, "result");
+        a->result_text = json_dumps(result ? result : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!a->result_text) {
+            req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+            return;
+        }
+        a->resp = (once_response){.status = 200,
+                                  .headers = RESULT_HEADERS,
+                                  .headers_len = sizeof RESULT_HEADERS - 1,
+                                  .body = (uint8_t *)a->result_text,
+                                  .body_len = strlen(a->result_text)};
+        a->settled = ONCE_STATE_COMPLETED;
+        rc = once_complete_async(st, a->scope, a->key, a->token, &a->resp, a->provider_id, on_settled, a);
+    } else {
+        if (member_str(a, "error", 0, &a->text) < 0)
+            return;
+        int release = strcmp(verb, "release") == 0;
+        a->settled = release ? ONCE_STATE_RELEASED : ONCE_STATE_UNKNOWN;
+        rc = release ? once_release_async(st, a->scope, a->key, a->token, a->text, on_settled, a)
+                     : once_mark_unknown_async(st, a->scope, a->key, a->token, a->text, on_settled, a);
+    }
+    if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+static void reply_record(req *r, const once_action *a)
+{
+    json_t *o = NULL;
+    if (action_json_from(a, &o) < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render the action");
+        return;
+    }
+    req_json(r, 200, o);
+}
+
+static void actions_get(req *r, const char *scope, const char *key)
+{
+    req_note_key(r, scope, key);
+    once_action a;
+    int rc = once_get(r->srv->store, scope, key, &a);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_record(r, &a);
+    once_action_free(&a);
+}
+
+/* Finds name=value in a raw query string, percent-decoded into out. 1 found,
+ * 0 absent, -1 malformed (answered). */
+static int query_param(req *r, const char *query, const char *name, char *out, size_t cap)
+{
+    size_t nlen = strlen(name);
+    const char *p = query;
+    while (p && *p) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            if (pct_decode(p + nlen + 1, len - nlen - 1, out, cap) < 0) {
+                req_problem(r, 400, "invalid_request", "Invalid request", NULL, "query parameter '%s' is malformed",
+                            name);
+                return -1;
+            }
+            return 1;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
+static void actions_list(req *r, const char *query)
+{
+    char status[32], scope[ONCE_SCOPE_MAX + 2], limit[16], after[ONCE_CURSOR_MAX];
+    int hs, hsc, hl, ha;
+    if ((hs = query_param(r, query, "status", status, sizeof status)) < 0 ||
+        (hsc = query_param(r, query, "scope", scope, sizeof scope)) < 0 ||
+        (hl = query_param(r, query, "limit", limit, sizeof limit)) < 0 ||
+        (ha = query_param(r, query, "after", after, sizeof after)) < 0)
+        return;
+    once_list_req lr = {0};
+    if (hs && once_state_parse(status, &lr.state) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
+        return;
+    }
+    if (hsc)
+        lr.scope = scope;
+    if (hl) {
+        char *end;
+        long v = strtol(limit, &end, 10);
+        if (*end || v < 1 || v > 1000) {
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'limit' must be between 1 and 1000");
+            return;
+        }
+        lr.limit = (size_t)v;
+    }
+    if (ha)
+        lr.cursor = after;
+    once_action_list l;
+    int rc = once_list(r->srv->store, &lr, &l);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    json_t *items = json_array();
+    for (size_t i = 0; items && i < l.count; i++) {
+        json_t *o = NULL;
+        if (action_json_from(&l.items[i], &o) < 0 || json_array_append_new(items, o) < 0) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", l.next[0] ? l.next : NULL) : NULL;
+    once_action_list_free(&l);
+    if (!body) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
+    req_json(r, 200, body);
+}
+
+/* ---- resolve (on the worker: it commits synchronously) ---------------------- */
+
+static void resolve_job(void *arg)
+{
+    act *a = arg;
+    req *r = a->r;
+    int rc = once_resolve(r->srv->store, a->scope, a->key, a->outcome, a->provider_id, a->text);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    once_action rec;
+    rc = once_get(r->srv->store, a->scope, a->key, &rec);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_record(r, &rec);
+    once_action_free(&rec);
+}
+
+static void actions_resolve(req *r, const char *scope, const char *key)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0)
+        return;
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    snprintf(a->key, sizeof a->key, "%s", key);
+    req_note_key(r, scope, key);
+    const char *outcome;
+    if (member_str(a, "outcome", 1, &outcome) < 0 || member_str(a, "provider_id", 0, &a->provider_id) < 0 ||
+        member_str(a, "note", 0, &a->text) < 0)
+        return;
+    if (strcmp(outcome, "completed") == 0) {
+        a->outcome = ONCE_OUTCOME_COMPLETED;
+    } else if (strcmp(outcome, "released") == 0) {
+        a->outcome = ONCE_OUTCOME_RELEASED;
+    } else {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'outcome' must be completed or released");
+        return;
+    }
+    if (worker_run(r->srv->worker, resolve_job, a) < 0)
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+}
+
+/* ---- routing ------------------------------------------------------------------ */
+
+static void method_not_allowed(req *r, const char *allow)
+{
+    req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", allow),
+                "use %s", allow);
+}
+
+void actions_handle(req *r, const char *path, const char *query)
+{
+    const char *m = r->method;
+    int post = strcmp(m, "POST") == 0, get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+    if (strcmp(path, "/v1/actions") == 0) {
+        if (post)
+            actions_reserve(r);
+        else if (get)
+            actions_list(r, query);
+        else
+            method_not_allowed(r, "GET, POST");
+        return;
+    }
+    /* Raw segments after /v1/actions/, each percent-decoded on its own so
+     * that %2F stays inside a key. */
+    const char *rest = path + strlen("/v1/actions/");
+    const char *seg[4];
+    size_t len[4], n = 0;
+    const char *p = rest;
+    while (n < 4) {
+        const char *slash = strchr(p, '/');
+        seg[n] = p;
+        len[n] = slash ? (size_t)(slash - p) : strlen(p);
+        n++;
+        if (!slash)
+            break;
+        p = slash + 1;
+    }
+    if (n == 1 && (strcmp(rest, "complete") == 0 || strcmp(rest, "release") == 0 || strcmp(rest, "unknown") == 0)) {
+        if (!post) {
+            method_not_allowed(r, "POST");
+            return;
+        }
+        actions_settle(r, rest);
+        return;
+    }
+    int resolve = n == 3 && len[2] == 7 && strncmp(seg[2], "resolve", 7) == 0;
+    if ((n != 2 && !resolve) || len[0] == 0 || len[1] == 0) {
+        req_problem(r, 404, "not_found", "Not found", NULL, "no route for %.200s", path);
+        return;
+    }
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (pct_decode(seg[0], len[0], scope, sizeof scope) < 0 || pct_decode(seg[1], len[1], key, sizeof key) < 0) {
+        req_problem(r, 400, "bad_request", "Bad request", NULL,
+                    "malformed percent-encoding, or a scope or key that is too long");
+        return;
+    }
+    int rc = once_scope_validate(scope);
+    if (rc == ONCE_OK)
+        rc = once_key_validate(key);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    if (resolve) {
+        if (!post)
+            method_not_allowed(r, "POST");
+        else
+            actions_resolve(r, scope, key);
+    } else if (get) {
+        actions_get(r, scope, key);
+    } else {
+        method_not_allowed(r, "GET");
+    }
+}

@@ -1,0 +1,1557 @@
+/*
+ * config.c — loads the gateway's INI configuration (see config.h and
+ * docs/config.md) with libinih, strictly: the first thing that is wrong stops
+ * the load with "file:line: what".
+ *
+ * How the file is read. inih parses, but its lines come from our own reader
+ * (ini_parse_stream), because Debian's inih has three traps:
+ *   - lines longer than its 200-byte buffer are cut: the first part parses
+ *     as a (truncated!) value and the rest is reported as an error on the
+ *     *next* line. The reader measures each whole line itself and refuses a
+ *     long one, naming its real line;
+ *   - the handler gets no line number. Our reader counts lines; inih calls
+ *     the handler while it processes the line it just read, so the count is
+ *     the handler's line;
+ *   - section names are cut at 49 bytes and empty sections are never seen by
+ *     the handler. The reader recognises "[...]" lines itself (with inih's
+ *     own rule for where the name ends) and opens sections there.
+ * The reader also strips leading whitespace, which turns off inih's
+ * multi-line continuation values (an indented line would otherwise be glued
+ * to the previous key), and refuses NUL bytes.
+ *
+ * Comments: a line whose first non-blank character is ';' or '#', and an
+ * inline comment that starts with ';' preceded by whitespace
+ * ("lease = 30s  ; why"). "a;b" and "a #b" are values.
+ *
+ * Values: ${NAME} expands the environment variable NAME (unset is an error;
+ * set-but-empty expands to nothing); a '$' not followed by '{' is literal.
+ * *_file keys read files — relative paths are relative to the config file's
+ * directory — and their contents are taken literally (no ${} expansion).
+ *
+ * Order of precedence: defaults < the file < environment (ONCE_LISTEN,
+ * ONCE_STORE, when set and not empty; applied here, after the file) < command
+ * line flags (applied by the caller, after config_load). Defaults that depend
+ * on other keys (an upstream's lease and retention) are computed once the
+ * whole file is read, since [server] may come after the upstreams.
+ */
+#include "server/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <ini.h>
+
+#include "once/once.h"
+
+#define CONFIG_DEFAULT_LISTEN "127.0.0.1:7600"
+#define CONFIG_DEFAULT_STORE "sqlite:once.db"
+#define CONFIG_DEFAULT_MAX_BODY ((size_t)1 << 20)
+#define CONFIG_DEFAULT_LEASE_MS 30000
+#define CONFIG_DEFAULT_RETENTION_MS (24 * 3600 * 1000LL)
+#define CONFIG_DEFAULT_GRACE_MS 30000
+#define CONFIG_DEFAULT_THREADS 2
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 4096u
+#define CONFIG_DEFAULT_LOOP_MS 1000
+#define CONFIG_DEFAULT_TIMEOUT_MS 60000
+#define CONFIG_DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
+/* An upstream's default lease outlives its timeout by this much, so a
+ * reservation cannot expire while its request may still be in flight. */
+#define CONFIG_LEASE_MARGIN_MS 5000
+
+#define CONFIG_MAX_THREADS 1024
+#define CONFIG_MAX_CONNECTIONS_LIMIT 1048576u
+/* A secrets file is a few lines; refuse to slurp a log file by mistake. */
+#define CONFIG_FILE_MAX ((off_t)1 << 20)
+#define CONFIG_VAR_MAX 255
+#define CONFIG_QUOTE_MAX 64
+#define CONFIG_MSG_MAX 512
+/* Enough for an IPv6 literal or "localhost". */
+#define CONFIG_HOST_MAX 64
+
+enum config_section_kind { CONFIG_SEC_NONE = 0, CONFIG_SEC_SERVER, CONFIG_SEC_UPSTREAM };
+
+typedef struct config_ctx config_ctx;
+typedef int (*config_setter)(config_ctx *c, const char *v);
+
+typedef struct config_key {
+    int kind;             /* the section it belongs in */
+    const char *name;
+    config_setter set;    /* gets the expanded value */
+    int repeat;           /* may appear more than once in its section */
+} config_key;
+
+struct config_ctx {
+    once_config *cfg;
+    const char *path;     /* as given, for messages (quoted) */
+    char qpath[CONFIG_QUOTE_MAX * 2];
+    char *dir;            /* the file's directory, or NULL for "." */
+    FILE *fp;
+    char *linebuf;
+    size_t linecap;
+    int lineno;
+    int kind;             /* enum config_section_kind of the current section */
+    size_t cur;           /* current upstream when kind is CONFIG_SEC_UPSTREAM */
+    size_t upcap;
+    uint32_t server_seen; /* bits of config_keys seen in [server] */
+    uint32_t *up_seen;    /* the same per upstream (parallel to cfg->upstreams) */
+    int server_line;
+    const char *key;      /* the key being set, for messages */
+    const char *raw;      /* its value as written, for messages */
+    int failed;
+    int errline;          /* line of the recorded error (0: none / not a line) */
+    int code;             /* negative, once failed */
+    char *err;
+    size_t errlen;
+};
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* Copies enough of s into buf to recognise it, with anything that is not
+ * printable ASCII replaced, so an error message stays one clean line. */
+static const char *config_quote(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (cap == 0)
+        return "";
+    for (; s != NULL && s[n] != '\0' && n + 1 < cap; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        buf[n] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+    }
+    if (s != NULL && s[n] != '\0' && n >= 3)
+        memcpy(buf + n - 3, "...", 3);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Records the first error as "file:line: what" (line 0: "file: what");
+ * later ones are dropped, since they are often consequences of the first.
+ * Always returns -1 so setters can `return config_fail(...)`. */
+__attribute__((format(printf, 3, 4))) static int config_fail_at(config_ctx *c, int line,
+                                                                const char *fmt, ...)
+{
+    if (c->failed)
+        return -1;
+    c->failed = 1;
+    c->errline = line;
+    if (c->code == 0)
+        c->code = -EINVAL;
+    char msg[CONFIG_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->err != NULL && c->errlen > 0) {
+        if (line > 0)
+            snprintf(c->err, c->errlen, "%s:%d: %s", c->qpath, line, msg);
+        else
+            snprintf(c->err, c->errlen, "%s: %s", c->qpath, msg);
+    }
+    return -1;
+}
+
+#define config_fail(c, ...) config_fail_at((c), (c)->lineno, __VA_ARGS__)
+
+static int config_fail_oom(config_ctx *c)
+{
+    c->code = -ENOMEM;
+    return config_fail_at(c, 0, "out of memory");
+}
+
+/* "key: 'value' " prefix material: every value error names both. */
+static const char *config_raw(config_ctx *c, char *buf, size_t cap)
+{
+    return config_quote(c->raw, buf, cap);
+}
+
+/* ---- small parsers (exported ones are in config.h) ------------------------ */
+
+/* Reads a run of decimal digits, refusing values above max. Returns the
+ * position after the digits, or NULL if there are none or it overflows. */
+static const char *config_parse_digits(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t n = 0;
+    const char *p = s;
+    if (*p < '0' || *p > '9')
+        return NULL;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (n > (max - d) / 10)
+            return NULL;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return p;
+}
+
+int config_parse_duration(const char *s, int64_t *ms)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    uint64_t n;
+    if (s == NULL || ms == NULL)
+        return -1;
+    const char *p = config_parse_digits(s, (uint64_t)INT64_MAX, &n);
+    if (p == NULL)
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(p, units[i].unit) == 0) {
+            if (n > (uint64_t)INT64_MAX / units[i].ms)
+                return -1;
+            *ms = (int64_t)(n * units[i].ms);
+            return 0;
+        }
+    }
+    return -1; /* no unit, or an unknown one: "30" could mean anything */
+}
+
+int config_parse_size(const char *s, size_t *bytes)
+{
+    static const struct {
+        const char *unit;
+        uint64_t mult;
+    } units[] = {{"", 1}, {"KiB", 1024}, {"MiB", 1024 * 1024}, {"GiB", 1024 * 1024 * 1024}};
+    uint64_t n;
+    if (s == NULL || bytes == NULL)
+        return -1;
+    const char *p = config_parse_digits(s, (uint64_t)SIZE_MAX, &n);
+    if (p == NULL)
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(p, units[i].unit) == 0) {
+            if (n > (uint64_t)SIZE_MAX / units[i].mult)
+                return -1;
+            *bytes = (size_t)(n * units[i].mult);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A port: 1..65535, digits only, the whole string. */
+static int config_parse_port(const char *s, unsigned *port)
+{
+    uint64_t n;
+    const char *p = config_parse_digits(s, 65535, &n);
+    if (p == NULL || *p != '\0' || n == 0)
+        return -1;
+    *port = (unsigned)n;
+    return 0;
+}
+
+int config_parse_listen(const char *s, char *host, size_t hostlen, unsigned *port)
+{
+    char tmp[CONFIG_HOST_MAX];
+    unsigned char addr[16];
+    const char *h;
+    const char *p;
+    size_t hl;
+    if (host != NULL && hostlen > 0)
+        host[0] = '\0';
+    if (s == NULL || host == NULL || hostlen == 0 || port == NULL)
+        return -1;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (end == NULL || end[1] != ':')
+            return -1;
+        h = s + 1;
+        hl = (size_t)(end - h);
+        p = end + 2;
+        if (hl == 0 || hl >= sizeof tmp)
+            return -1;
+        memcpy(tmp, h, hl);
+        tmp[hl] = '\0';
+        if (inet_pton(AF_INET6, tmp, addr) != 1)
+            return -1;
+    } else {
+        const char *colon = strchr(s, ':');
+        /* One colon only: a bare IPv6 address must be bracketed. */
+        if (colon == NULL || strchr(colon + 1, ':') != NULL)
+            return -1;
+        h = s;
+        hl = (size_t)(colon - s);
+        p = colon + 1;
+        if (hl == 0 || hl >= sizeof tmp)
+            return -1;
+        memcpy(tmp, h, hl);
+        tmp[hl] = '\0';
+        if (strcmp(tmp, "localhost") != 0 && inet_pton(AF_INET, tmp, addr) != 1)
+            return -1;
+    }
+    unsigned pt;
+    if (config_parse_port(p, &pt) != 0 || hl + 1 > hostlen)
+        return -1;
+    memcpy(host, tmp, hl + 1);
+    *port = pt;
+    return 0;
+}
+
+/* An integer in [min, max], digits only. */
+static int config_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t n;
+    const char *p = config_parse_digits(s, max, &n);
+    if (p == NULL || *p != '\0' || n < min)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+/* yes/no and the usual spellings; anything else is an error rather than a
+ * silent "no". */
+static int config_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"};
+    static const char *const no[] = {"no", "false", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* RFC 9110 tchar: what a header name may contain. */
+static int config_is_tchar(unsigned char ch)
+{
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
+        return 1;
+    return ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+}
+
+static int config_is_token(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!config_is_tchar((unsigned char)s[i]))
+            return 0;
+    }
+    return 1;
+}
+
+/* No control characters (a newline in a header or a URL is an injection). */
+static int config_has_ctl(const char *s, int allow_tab)
+{
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch < 0x20 && !(allow_tab && ch == '\t')) || ch == 0x7f)
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- growing arrays --------------------------------------------------------- */
+
+/* Appends a copy of s[0..n) to a string array; 0 or -1 (out of memory). */
+static int config_push_str(char ***arr, size_t *n, const char *s, size_t len)
+{
+    if (*n >= SIZE_MAX / sizeof **arr - 1)
+        return -1;
+    char *copy = strndup(s, len);
+    if (copy == NULL)
+        return -1;
+    char **grown = realloc(*arr, (*n + 1) * sizeof **arr);
+    if (grown == NULL) {
+        free(copy);
+        return -1;
+    }
+    grown[(*n)++] = copy;
+    *arr = grown;
+    return 0;
+}
+
+/* Replaces *dst with a copy of s; 0 or -1. */
+static int config_set_str(char **dst, const char *s)
+{
+    char *copy = strdup(s);
+    if (copy == NULL)
+        return -1;
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* ---- ${NAME} expansion ------------------------------------------------------- */
+
+/* Appends n bytes to a growing buffer; 0 or -1 (out of memory). */
+static int config_buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (n > SIZE_MAX - *len - 1)
+        return -1;
+    if (*len + n + 1 > *cap) {
+        size_t want = *cap;
+        while (want < *len + n + 1)
+            want = want > SIZE_MAX / 2 ? *len + n + 1 : want * 2;
+        char *grown = realloc(*buf, want);
+        if (grown == NULL)
+            return -1;
+        *buf = grown;
+        *cap = want;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+/* Expands every ${NAME} in v from the environment, so secrets need not be
+ * written into the file. Returns a new string, or NULL after recording the
+ * error. */
+static char *config_expand(config_ctx *c, const char *v)
+{
+    size_t cap = strlen(v) + 1;
+    size_t len = 0;
+    char *out = malloc(cap);
+    if (out == NULL) {
+        config_fail_oom(c);
+        return NULL;
+    }
+    out[0] = '\0';
+    const char *p = v;
+    while (*p != '\0') {
+        const char *dollar = strstr(p, "${");
+        size_t lit = dollar != NULL ? (size_t)(dollar - p) : strlen(p);
+        if (config_buf_add(&out, &len, &cap, p, lit) != 0)
+            goto oom;
+        if (dollar == NULL)
+            break;
+        const char *name = dollar + 2;
+        const char *end = strchr(name, '}');
+        if (end == NULL) {
+            config_fail(c, "%s: unterminated '${' (write ${NAME})", c->key);
+            goto fail;
+        }
+        size_t nl = (size_t)(end - name);
+        if (nl == 0) {
+            config_fail(c, "%s: empty variable name in '${}'", c->key);
+            goto fail;
+        }
+        char nbuf[CONFIG_VAR_MAX + 1];
+        char q[CONFIG_QUOTE_MAX];
+        int ok = nl <= CONFIG_VAR_MAX && !(name[0] >= '0' && name[0] <= '9');
+        for (size_t i = 0; ok && i < nl; i++) {
+            unsigned char ch = (unsigned char)name[i];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_';
+        }
+        if (!ok) {
+            char shown[CONFIG_QUOTE_MAX];
+            size_t sl = nl < sizeof shown - 1 ? nl : sizeof shown - 1;
+            memcpy(shown, name, sl);
+            shown[sl] = '\0';
+            config_fail(c, "%s: bad variable name '%s' in ${...} (letters, digits and _)", c->key,
+                        config_quote(shown, q, sizeof q));
+            goto fail;
+        }
+        memcpy(nbuf, name, nl);
+        nbuf[nl] = '\0';
+        const char *val = getenv(nbuf);
+        if (val == NULL) {
+            config_fail(c, "%s: environment variable %s is not set", c->key, nbuf);
+            goto fail;
+        }
+        if (config_buf_add(&out, &len, &cap, val, strlen(val)) != 0)
+            goto oom;
+        p = end + 1;
+    }
+    return out;
+oom:
+    config_fail_oom(c);
+fail:
+    free(out);
+    return NULL;
+}
+
+/* ---- files named by *_file keys ----------------------------------------------- */
+
+typedef int (*config_line_fn)(config_ctx *c, const char *fname, int fline, const char *s, size_t n);
+
+/* Reads the file a *_file key names and hands each non-blank, non-#
+ * line (trimmed) to fn, so secrets can live outside the config (and outside
+ * inih's 200-byte lines). Relative paths are relative to the config's
+ * directory, so the server does not depend on its working directory.
+ * Returns the number of lines given to fn, or -1 after recording an error. */
+static int config_read_file(config_ctx *c, const char *value, config_line_fn fn)
+{
+    char q[CONFIG_QUOTE_MAX * 2];
+    char *full = NULL;
+    const char *fname = value;
+    if (value[0] == '\0')
+        return config_fail(c, "%s: empty file name", c->key);
+    if (value[0] != '/' && c->dir != NULL) {
+        size_t need = strlen(c->dir) + 1 + strlen(value) + 1;
+        full = malloc(need);
+        if (full == NULL)
+            return config_fail_oom(c);
+        snprintf(full, need, "%s/%s", c->dir, value);
+        fname = full;
+    }
+    config_quote(fname, q, sizeof q);
+    int count = -1;
+    char *line = NULL;
+    size_t linecap = 0;
+    FILE *fp = fopen(fname, "re");
+    if (fp == NULL) {
+        config_fail(c, "%s: cannot open '%s': %s", c->key, q, strerror(errno));
+        goto out;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        config_fail(c, "%s: cannot stat '%s': %s", c->key, q, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        config_fail(c, "%s: '%s' is not a regular file", c->key, q);
+        goto out;
+    }
+    if (st.st_size > CONFIG_FILE_MAX) {
+        config_fail(c, "%s: '%s' is larger than %lld bytes", c->key, q, (long long)CONFIG_FILE_MAX);
+        goto out;
+    }
+    int fline = 0;
+    int given = 0;
+    ssize_t n;
+    errno = 0;
+    while ((n = getline(&line, &linecap, fp)) >= 0) {
+        fline++;
+        size_t len = (size_t)n;
+        if (memchr(line, '\0', len) != NULL) {
+            config_fail(c, "%s: '%s' line %d: NUL byte", c->key, q, fline);
+            goto out;
+        }
+        const char *s = line;
+        while (len > 0 && (*s == ' ' || *s == '\t')) {
+            s++;
+            len--;
+        }
+        while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ' ||
+                           s[len - 1] == '\t'))
+            len--;
+        if (len == 0 || s[0] == '#')
+            continue;
+        if (fn(c, q, fline, s, len) != 0)
+            goto out;
+        if (given == INT32_MAX)
+            break;
+        given++;
+    }
+    if (ferror(fp)) {
+        config_fail(c, "%s: cannot read '%s': %s", c->key, q, strerror(errno));
+        goto out;
+    }
+    if (given == 0) {
+        config_fail(c, "%s: '%s' has no entries", c->key, q);
+        goto out;
+    }
+    count = given;
+out:
+    free(line);
+    if (fp != NULL)
+        fclose(fp);
+    free(full);
+    return count;
+}
+
+/* One bearer token per line: printable, no spaces. The token itself is
+ * never shown in a message. */
+static int config_add_token(config_ctx *c, const char *fname, int fline, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch >= 0x7f)
+            return config_fail(c, "%s: '%s' line %d: a token must be printable ASCII without spaces",
+                               c->key, fname, fline);
+    }
+    if (config_push_str(&c->cfg->tokens, &c->cfg->ntokens, s, n) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* Headers that frame the request or concern only one hop: injecting them
+ * would break the proxy rather than authenticate it. */
+static int config_header_forbidden(const char *name, size_t n)
+{
+    static const char *const names[] = {"Content-Length", "Transfer-Encoding", "Connection",
+                                        "Upgrade", "Keep-Alive", "TE", "Trailer"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) == n && strncasecmp(names[i], name, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Checks "Name: value" and appends it, normalised to "Name: value", to the
+ * current upstream's headers. where is "" for a header key or
+ * "'FILE' line N: " for a header_file line. Values are never echoed: they
+ * are usually secrets. */
+static int config_add_header_where(config_ctx *c, const char *where, const char *s, size_t n)
+{
+    upstream_cfg *u = &c->cfg->upstreams[c->cur];
+    const char *colon = memchr(s, ':', n);
+    if (colon == NULL)
+        return config_fail(c, "%s: %sexpected 'Name: value'", c->key, where);
+    size_t nl = (size_t)(colon - s);
+    char q[CONFIG_QUOTE_MAX];
+    char nbuf[CONFIG_QUOTE_MAX];
+    size_t shown = nl < sizeof nbuf - 1 ? nl : sizeof nbuf - 1;
+    memcpy(nbuf, s, shown);
+    nbuf[shown] = '\0';
+    if (!config_is_token(s, nl))
+        return config_fail(c, "%s: %s'%s' is not a valid header name", c->key, where,
+                           config_quote(nbuf, q, sizeof q));
+    if (config_header_forbidden(s, nl))
+        return config_fail(c, "%s: %sheader '%s' cannot be injected", c->key, where,
+                           config_quote(nbuf, q, sizeof q));
+    const char *v = colon + 1;
+    size_t vl = n - nl - 1;
+    while (vl > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        vl--;
+    }
+    while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+        vl--;
+    for (size_t i = 0; i < vl; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return config_fail(c, "%s: %sthe value of '%s' contains a control character", c->key,
+                               where, config_quote(nbuf, q, sizeof q));
+    }
+    if (nl > SIZE_MAX - vl - 3)
+        return config_fail_oom(c);
+    size_t total = nl + 2 + vl;
+    char *h = malloc(total + 1);
+    if (h == NULL)
+        return config_fail_oom(c);
+    memcpy(h, s, nl);
+    memcpy(h + nl, ": ", 2);
+    memcpy(h + nl + 2, v, vl);
+    h[total] = '\0';
+    int rc = config_push_str(&u->headers, &u->nheaders, h, total);
+    free(h);
+    if (rc != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_add_header_line(config_ctx *c, const char *fname, int fline, const char *s,
+                                  size_t n)
+{
+    char where[CONFIG_QUOTE_MAX * 2 + 32];
+    snprintf(where, sizeof where, "'%s' line %d: ", fname, fline);
+    return config_add_header_where(c, where, s, n);
+}
+
+/* ---- setters: [server] ----------------------------------------------------------- */
+
+static int config_want_duration(config_ctx *c, const char *v, int64_t min, int64_t *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    int64_t ms;
+    if (config_parse_duration(v, &ms) != 0)
+        return config_fail(c, "%s: '%s' is not a duration (a number with ms, s, m, h or d: 30s)",
+                           c->key, config_raw(c, q, sizeof q));
+    if (ms < min)
+        return config_fail(c, "%s: must be more than 0", c->key);
+    *out = ms;
+    return 0;
+}
+
+static int config_want_size(config_ctx *c, const char *v, size_t *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    size_t n;
+    if (config_parse_size(v, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a size (bytes, or a number with KiB, MiB or GiB)",
+                           c->key, config_raw(c, q, sizeof q));
+    if (n == 0)
+        return config_fail(c, "%s: must be more than 0", c->key);
+    *out = n;
+    return 0;
+}
+
+static int config_want_listen(config_ctx *c, const char *v, char **dst)
+{
+    char q[CONFIG_QUOTE_MAX];
+    char host[CONFIG_HOST_MAX];
+    unsigned port;
+    if (config_parse_listen(v, host, sizeof host, &port) != 0)
+        return config_fail(c,
+                           "%s: '%s' is not HOST:PORT (an IPv4 address, [IPv6] or localhost; "
+                           "port 1-65535)",
+                           c->key, config_raw(c, q, sizeof q));
+    if (config_set_str(dst, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_want_bool(config_ctx *c, const char *v, int *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (config_parse_bool(v, out) != 0)
+        return config_fail(c, "%s: '%s' is not yes or no", c->key, config_raw(c, q, sizeof q));
+    return 0;
+}
+
+static int config_set_server_listen(config_ctx *c, const char *v)
+{
+    return config_want_listen(c, v, &c->cfg->listen);
+}
+
+/* Why a store URL is wrong, or NULL. The store itself decides what it can
+ * open; this only catches what can never work. */
+static const char *config_store_problem(const char *v)
+{
+    if (v[0] == '\0')
+        return "empty (try sqlite:once.db)";
+    if (config_has_ctl(v, 0))
+        return "contains a control character";
+    if (strncmp(v, "sqlite:", 7) == 0)
+        return v[7] == '\0' ? "'sqlite:' needs a path (sqlite:PATH)" : NULL;
+    if (strncmp(v, "postgres://", 11) == 0 || strncmp(v, "postgresql://", 13) == 0)
+        return NULL;
+    return "unknown scheme (expected sqlite:PATH or postgres://...)";
+}
+
+static int config_set_server_store(config_ctx *c, const char *v)
+{
+    const char *why = config_store_problem(v);
+    if (why != NULL)
+        return config_fail(c, "%s: %s", c->key, why);
+    if (config_set_str(&c->cfg->store, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_set_server_max_body(config_ctx *c, const char *v)
+{
+    return config_want_size(c, v, &c->cfg->max_body);
+}
+
+static int config_set_server_lease(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &c->cfg->lease_ms);
+}
+
+static int config_set_server_retention(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &c->cfg->retention_ms);
+}
+
+static int config_set_server_tokens_file(config_ctx *c, const char *v)
+{
+    return config_read_file(c, v, config_add_token) < 0 ? -1 : 0;
+}
+
+static int config_set_server_grace(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 0, &c->cfg->grace_ms);
+}
+
+static int config_set_server_threads(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    uint64_t n;
+    if (config_parse_uint(v, 1, CONFIG_MAX_THREADS, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a number from 1 to %d", c->key,
+                           config_raw(c, q, sizeof q), CONFIG_MAX_THREADS);
+    c->cfg->threads = (int)n;
+    return 0;
+}
+
+static int config_set_server_max_connections(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    uint64_t n;
+    if (config_parse_uint(v, 1, CONFIG_MAX_CONNECTIONS_LIMIT, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a number from 1 to %u", c->key,
+                           config_raw(c, q, sizeof q), CONFIG_MAX_CONNECTIONS_LIMIT);
+    c->cfg->max_connections = (unsigned)n;
+    return 0;
+}
+
+static int config_set_server_loop_interval(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &c->cfg->loop_interval_ms);
+}
+
+/* ---- setters: [upstream.NAME] ------------------------------------------------------ */
+
+static upstream_cfg *config_cur(config_ctx *c)
+{
+    return &c->cfg->upstreams[c->cur];
+}
+
+/* Checks that v is an http(s) base URL with a host (and at most a port and a
+ * path), and stores it without trailing slashes, so the proxy can append
+ * "/path" as it is. Userinfo, query and fragment are refused: credentials go
+ * in a header, and a query cannot take a path after it. */
+static int config_set_up_url(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    const char *rest;
+    if (strncasecmp(v, "http://", 7) == 0)
+        rest = v + 7;
+    else if (strncasecmp(v, "https://", 8) == 0)
+        rest = v + 8;
+    else
+        return config_fail(c, "%s: '%s' must start with http:// or https://", c->key,
+                           config_raw(c, q, sizeof q));
+    for (const char *p = v; *p != '\0'; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch <= 0x20 || ch >= 0x7f || ch == '?' || ch == '#')
+            return config_fail(c,
+                               "%s: '%s': spaces, control characters, non-ASCII, '?' and '#' are "
+                               "not allowed in a base URL",
+                               c->key, config_raw(c, q, sizeof q));
+    }
+    size_t alen = strcspn(rest, "/");
+    const char *path = rest + alen;
+    if (memchr(rest, '@', alen) != NULL)
+        return config_fail(c, "%s: '%s': no user:password@ in the URL (use a header)", c->key,
+                           config_raw(c, q, sizeof q));
+    const char *port = NULL;
+    size_t hl;
+    char host[CONFIG_HOST_MAX + 2];
+    if (rest[0] == '[') {
+        const char *end = memchr(rest, ']', alen);
+        unsigned char addr[16];
+        hl = end != NULL ? (size_t)(end - rest - 1) : 0;
+        if (end == NULL || hl == 0 || hl >= sizeof host)
+            return config_fail(c, "%s: '%s': bad [IPv6] host", c->key, config_raw(c, q, sizeof q));
+        memcpy(host, rest + 1, hl);
+        host[hl] = '\0';
+        if (inet_pton(AF_INET6, host, addr) != 1)
+            return config_fail(c, "%s: '%s': bad [IPv6] host", c->key, config_raw(c, q, sizeof q));
+        if (end + 1 < path) {
+            if (end[1] != ':')
+                return config_fail(c, "%s: '%s': bad host", c->key, config_raw(c, q, sizeof q));
+            port = end + 2;
+        }
+    } else {
+        const char *colon = memchr(rest, ':', alen);
+        hl = colon != NULL ? (size_t)(colon - rest) : alen;
+        if (hl == 0)
+            return config_fail(c, "%s: '%s' has no host", c->key, config_raw(c, q, sizeof q));
+        for (size_t i = 0; i < hl; i++) {
+            unsigned char ch = (unsigned char)rest[i];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '.' || ch == '-' || ch == '_'))
+                return config_fail(c, "%s: '%s': bad host", c->key, config_raw(c, q, sizeof q));
+        }
+        if (colon != NULL)
+            port = colon + 1;
+    }
+    if (port != NULL) {
+        char pbuf[8];
+        size_t pl = (size_t)(path - port);
+        unsigned pn;
+        if (pl == 0 || pl >= sizeof pbuf)
+            return config_fail(c, "%s: '%s': bad port", c->key, config_raw(c, q, sizeof q));
+        memcpy(pbuf, port, pl);
+        pbuf[pl] = '\0';
+        if (config_parse_port(pbuf, &pn) != 0)
+            return config_fail(c, "%s: '%s': bad port", c->key, config_raw(c, q, sizeof q));
+    }
+    size_t len = strlen(v);
+    while (len > 0 && v + len > path && v[len - 1] == '/')
+        len--;
+    char *copy = strndup(v, len);
+    if (copy == NULL)
+        return config_fail_oom(c);
+    free(config_cur(c)->url);
+    config_cur(c)->url = copy;
+    return 0;
+}
+
+static int config_set_up_header(config_ctx *c, const char *v)
+{
+    return config_add_header_where(c, "", v, strlen(v));
+}
+
+static int config_set_up_header_file(config_ctx *c, const char *v)
+{
+    return config_read_file(c, v, config_add_header_line) < 0 ? -1 : 0;
+}
+
+static int config_set_up_timeout(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur(c)->timeout_ms);
+}
+
+static int config_set_up_lease(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur(c)->lease_ms);
+}
+
+static int config_set_up_retention(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur(c)->retention_ms);
+}
+
+static int config_set_up_key_required(config_ctx *c, const char *v)
+{
+    return config_want_bool(c, v, &config_cur(c)->key_required);
+}
+
+static int config_set_up_key_safe_methods(config_ctx *c, const char *v)
+{
+    return config_want_bool(c, v, &config_cur(c)->key_safe_methods);
+}
+
+static int config_set_up_on_mismatch(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strcmp(v, "replay") == 0)
+        config_cur(c)->on_mismatch = MISMATCH_REPLAY;
+    else if (strcmp(v, "reject") == 0)
+        config_cur(c)->on_mismatch = MISMATCH_REJECT;
+    else
+        return config_fail(c, "%s: '%s' is not replay or reject", c->key,
+                           config_raw(c, q, sizeof q));
+    return 0;
+}
+
+/* "429, 503" -> a list of distinct statuses in 100..599; "none" -> empty.
+ * release_on refuses 2xx: a success certainly did something, and releasing
+ * it would let the action run twice. */
+static int config_want_statuses(config_ctx *c, const char *v, int **arr, size_t *n, int release)
+{
+    char q[CONFIG_QUOTE_MAX];
+    int *list = NULL;
+    size_t count = 0;
+    free(*arr);
+    *arr = NULL;
+    *n = 0;
+    if (strcmp(v, "none") == 0)
+        return 0;
+    const char *p = v;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        uint64_t st;
+        const char *e = config_parse_digits(p, 999, &st);
+        if (e == NULL || st < 100 || st > 599) {
+            free(list);
+            return config_fail(c,
+                               "%s: '%s' is not a comma-separated list of HTTP statuses (100-599) "
+                               "or none",
+                               c->key, config_raw(c, q, sizeof q));
+        }
+        if (release && st >= 200 && st <= 299) {
+            free(list);
+            return config_fail(c, "%s: %d is a success; it cannot mean the upstream did nothing",
+                               c->key, (int)st);
+        }
+        for (size_t i = 0; i < count; i++) {
+            if (list[i] == (int)st) {
+                free(list);
+                return config_fail(c, "%s: %d is listed twice", c->key, (int)st);
+            }
+        }
+        if (count >= 500) { /* cannot happen with distinct 100..599, but bound it */
+            free(list);
+            return config_fail(c, "%s: too many statuses", c->key);
+        }
+        int *grown = realloc(list, (count + 1) * sizeof *list);
+        if (grown == NULL) {
+            free(list);
+            return config_fail_oom(c);
+        }
+        list = grown;
+        list[count++] = (int)st;
+        p = e;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p != ',') {
+            free(list);
+            return config_fail(c,
+                               "%s: '%s' is not a comma-separated list of HTTP statuses (100-599) "
+                               "or none",
+                               c->key, config_raw(c, q, sizeof q));
+        }
+        p++;
+    }
+    *arr = list;
+    *n = count;
+    return 0;
+}
+
+static int config_set_up_release_on(config_ctx *c, const char *v)
+{
+    upstream_cfg *u = config_cur(c);
+    return config_want_statuses(c, v, &u->release_on, &u->nrelease_on, 1);
+}
+
+static int config_set_up_unknown_on(config_ctx *c, const char *v)
+{
+    upstream_cfg *u = config_cur(c);
+    return config_want_statuses(c, v, &u->unknown_on, &u->nunknown_on, 0);
+}
+
+static int config_set_up_forward_key_as(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (!config_is_token(v, strlen(v)))
+        return config_fail(c, "%s: '%s' is not a valid header name", c->key,
+                           config_raw(c, q, sizeof q));
+    if (config_set_str(&config_cur(c)->forward_key_as, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_set_up_listen(config_ctx *c, const char *v)
+{
+    return config_want_listen(c, v, &config_cur(c)->listen);
+}
+
+static int config_set_up_max_response(config_ctx *c, const char *v)
+{
+    return config_want_size(c, v, &config_cur(c)->max_response);
+}
+
+/* Every key there is; a bit per entry records which ones a section has set. */
+static const config_key config_keys[] = {
+    {CONFIG_SEC_SERVER, "listen", config_set_server_listen, 0},
+    {CONFIG_SEC_SERVER, "store", config_set_server_store, 0},
+    {CONFIG_SEC_SERVER, "max_body", config_set_server_max_body, 0},
+    {CONFIG_SEC_SERVER, "lease", config_set_server_lease, 0},
+    {CONFIG_SEC_SERVER, "retention", config_set_server_retention, 0},
+    {CONFIG_SEC_SERVER, "tokens_file", config_set_server_tokens_file, 0},
+    {CONFIG_SEC_SERVER, "shutdown_grace", config_set_server_grace, 0},
+    {CONFIG_SEC_SERVER, "threads", config_set_server_threads, 0},
+    {CONFIG_SEC_SERVER, "max_connections", config_set_server_max_connections, 0},
+    {CONFIG_SEC_SERVER, "loop_interval", config_set_server_loop_interval, 0},
+    {CONFIG_SEC_UPSTREAM, "url", config_set_up_url, 0},
+    {CONFIG_SEC_UPSTREAM, "header", config_set_up_header, 1},
+    {CONFIG_SEC_UPSTREAM, "header_file", config_set_up_header_file, 0},
+    {CONFIG_SEC_UPSTREAM, "timeout", config_set_up_timeout, 0},
+    {CONFIG_SEC_UPSTREAM, "lease", config_set_up_lease, 0},
+    {CONFIG_SEC_UPSTREAM, "retention", config_set_up_retention, 0},
+    {CONFIG_SEC_UPSTREAM, "key_required", config_set_up_key_required, 0},
+    {CONFIG_SEC_UPSTREAM, "key_safe_methods", config_set_up_key_safe_methods, 0},
+    {CONFIG_SEC_UPSTREAM, "on_mismatch", config_set_up_on_mismatch, 0},
+    {CONFIG_SEC_UPSTREAM, "release_on", config_set_up_release_on, 0},
+    {CONFIG_SEC_UPSTREAM, "unknown_on", config_set_up_unknown_on, 0},
+    {CONFIG_SEC_UPSTREAM, "forward_key_as", config_set_up_forward_key_as, 0},
+    {CONFIG_SEC_UPSTREAM, "listen", config_set_up_listen, 0},
+    {CONFIG_SEC_UPSTREAM, "max_response", config_set_up_max_response, 0},
+};
+
+#define CONFIG_NKEYS (sizeof config_keys / sizeof config_keys[0])
+_Static_assert(CONFIG_NKEYS <= 32, "seen masks are 32 bits");
+
+/* The bit of an upstream key, for the checks made after the file is read. */
+static uint32_t config_key_bit(int kind, const char *name)
+{
+    for (size_t i = 0; i < CONFIG_NKEYS; i++) {
+        if (config_keys[i].kind == kind && strcmp(config_keys[i].name, name) == 0)
+            return (uint32_t)1 << i;
+    }
+    return 0;
+}
+
+/* ---- sections ------------------------------------------------------------------------ */
+
+/* Starts the upstream called name (from [upstream.NAME]) with its defaults;
+ * the ones that depend on [server] are filled in by config_finish. */
+static int config_open_upstream(config_ctx *c, const char *name)
+{
+    once_config *cfg = c->cfg;
+    char q[CONFIG_QUOTE_MAX];
+    if (once_scope_validate(name) != ONCE_OK)
+        return config_fail(c,
+                           "[upstream.%s]: an upstream name is 1-64 characters of A-Z a-z 0-9 . _ -",
+                           config_quote(name, q, sizeof q));
+    for (size_t i = 0; i < cfg->nupstreams; i++) {
+        if (strcmp(cfg->upstreams[i].name, name) == 0)
+            return config_fail(c, "duplicate section [upstream.%s] (first at line %d)", name,
+                               cfg->upstreams[i].line);
+    }
+    if (cfg->nupstreams == c->upcap) {
+        size_t want = c->upcap == 0 ? 4 : c->upcap * 2;
+        if (want > SIZE_MAX / sizeof *cfg->upstreams)
+            return config_fail_oom(c);
+        upstream_cfg *grown = realloc(cfg->upstreams, want * sizeof *grown);
+        if (grown == NULL)
+            return config_fail_oom(c);
+        cfg->upstreams = grown;
+        uint32_t *seen = realloc(c->up_seen, want * sizeof *seen);
+        if (seen == NULL)
+            return config_fail_oom(c);
+        c->up_seen = seen;
+        c->upcap = want;
+    }
+    upstream_cfg *u = &cfg->upstreams[cfg->nupstreams];
+    memset(u, 0, sizeof *u);
+    u->name = strdup(name);
+    if (u->name == NULL)
+        return config_fail_oom(c);
+    u->timeout_ms = CONFIG_DEFAULT_TIMEOUT_MS;
+    u->lease_ms = -1;     /* set by config_finish unless given */
+    u->retention_ms = -1; /* likewise */
+    u->key_required = 1;
+    u->key_safe_methods = 0;
+    u->on_mismatch = MISMATCH_REPLAY;
+    u->max_response = CONFIG_DEFAULT_MAX_RESPONSE;
+    u->line = c->lineno;
+    c->up_seen[cfg->nupstreams] = 0;
+    c->cur = cfg->nupstreams++;
+    c->kind = CONFIG_SEC_UPSTREAM;
+    return 0;
+}
+
+/* Opens the section named by a "[name]" line. */
+static int config_open_section(config_ctx *c, const char *name)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strcmp(name, "server") == 0) {
+        if (c->server_line > 0)
+            return config_fail(c, "duplicate section [server] (first at line %d)", c->server_line);
+        c->server_line = c->lineno;
+        c->kind = CONFIG_SEC_SERVER;
+        return 0;
+    }
+    if (strncmp(name, "upstream.", 9) == 0)
+        return config_open_upstream(c, name + 9);
+    c->kind = CONFIG_SEC_NONE;
+    return config_fail(c, "unknown section [%s] (expected [server] or [upstream.NAME])",
+                       config_quote(name, q, sizeof q));
+}
+
+/* Finds where inih thinks a section name ends: the first ']', unless an
+ * inline comment (';' after whitespace) comes first. Returns the position
+ * of the ']' or NULL. */
+static char *config_section_end(char *s)
+{
+    int was_space = 0;
+    for (; *s != '\0'; s++) {
+        if (*s == ']')
+            return s;
+        if (was_space && *s == ';')
+            return NULL;
+        was_space = *s == ' ' || *s == '\t' || *s == '\v' || *s == '\f' || *s == '\r';
+    }
+    return NULL;
+}
+
+/* ---- the reader and the handler given to inih ----------------------------------------- */
+
+/* inih's fgets-style reader (see the top of the file for why it exists).
+ * Reads one whole line, refuses NUL bytes and lines that do not fit inih's
+ * buffer (num bytes), strips the BOM and leading whitespace, opens sections,
+ * and hands inih the rest. Returns NULL at the end or after an error, which
+ * stops inih. */
+static char *config_read_line(char *str, int num, void *stream)
+{
+    config_ctx *c = stream;
+    if (c->failed)
+        return NULL;
+    errno = 0;
+    ssize_t n = getline(&c->linebuf, &c->linecap, c->fp);
+    if (n < 0) {
+        if (ferror(c->fp))
+            config_fail_at(c, c->lineno + 1, "cannot read: %s",
+                           errno != 0 ? strerror(errno) : "I/O error");
+        else if (errno == ENOMEM)
+            config_fail_oom(c);
+        return NULL;
+    }
+    if (c->lineno == INT32_MAX) {
+        config_fail(c, "too many lines");
+        return NULL;
+    }
+    c->lineno++;
+    size_t len = (size_t)n;
+    char *s = c->linebuf;
+    if (memchr(s, '\0', len) != NULL) {
+        config_fail(c, "NUL byte in the line");
+        return NULL;
+    }
+    if (c->lineno == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+        s += 3;
+        len -= 3;
+    }
+    if (len > 0 && s[len - 1] == '\n')
+        len--;
+    if (len > 0 && s[len - 1] == '\r')
+        len--;
+    s[len] = '\0';
+    while (len > 0 && (*s == ' ' || *s == '\t' || *s == '\v' || *s == '\f' || *s == '\r')) {
+        s++;
+        len--;
+    }
+    /* The line plus "\n\0" must fit, or inih would cut it. */
+    if (num < 3 || len > (size_t)num - 2) {
+        config_fail(c, "line too long (%zu characters; at most %d): put long values in a *_file key",
+                    len, num < 3 ? 0 : num - 2);
+        return NULL;
+    }
+    if (s[0] == '[') {
+        char *end = config_section_end(s + 1);
+        if (end != NULL) {
+            const char *after = end + 1;
+            while (*after == ' ' || *after == '\t')
+                after++;
+            if (*after != '\0' && *after != ';') {
+                config_fail(c, "unexpected text after the section name");
+                return NULL;
+            }
+            *end = '\0';
+            int rc = config_open_section(c, s + 1);
+            *end = ']';
+            if (rc != 0)
+                return NULL;
+        }
+        /* else: inih reports the missing ']' on this line. */
+    }
+    memcpy(str, s, len);
+    str[len] = '\n';
+    str[len + 1] = '\0';
+    return str;
+}
+
+/* inih's handler: one "key = value" of the current section (inih's own
+ * section argument is not used: it is cut at 49 bytes). Returns 1 to go on,
+ * 0 after recording an error. */
+static int config_on_pair(void *user, const char *section, const char *name, const char *value)
+{
+    config_ctx *c = user;
+    char q[CONFIG_QUOTE_MAX];
+    (void)section;
+    if (c->failed)
+        return 0;
+    if (value == NULL) {
+        config_fail(c, "expected key = value");
+        return 0;
+    }
+    if (name[0] == '\0') {
+        config_fail(c, "missing key name before '='");
+        return 0;
+    }
+    if (c->kind == CONFIG_SEC_NONE) {
+        config_fail(c, "'%s' is outside a section (start with [server] or [upstream.NAME])",
+                    config_quote(name, q, sizeof q));
+        return 0;
+    }
+    size_t i;
+    for (i = 0; i < CONFIG_NKEYS; i++) {
+        if (config_keys[i].kind == c->kind && strcmp(config_keys[i].name, name) == 0)
+            break;
+    }
+    if (i == CONFIG_NKEYS) {
+        if (c->kind == CONFIG_SEC_SERVER)
+            config_fail(c, "unknown key '%s' in [server]", config_quote(name, q, sizeof q));
+        else
+            config_fail(c, "unknown key '%s' in [upstream.%s]", config_quote(name, q, sizeof q),
+                        c->cfg->upstreams[c->cur].name);
+        return 0;
+    }
+    uint32_t bit = (uint32_t)1 << i;
+    uint32_t *seen = c->kind == CONFIG_SEC_SERVER ? &c->server_seen : &c->up_seen[c->cur];
+    if ((*seen & bit) != 0 && !config_keys[i].repeat) {
+        config_fail(c, "duplicate key '%s'", name);
+        return 0;
+    }
+    *seen |= bit;
+    c->key = config_keys[i].name;
+    c->raw = value;
+    char *v = config_expand(c, value);
+    if (v == NULL)
+        return 0;
+    int rc = config_keys[i].set(c, v);
+    free(v);
+    c->key = NULL;
+    c->raw = NULL;
+    return rc == 0 && !c->failed;
+}
+
+/* ---- after the file -------------------------------------------------------------------- */
+
+typedef struct config_addr {
+    int family;             /* AF_INET, AF_INET6, or 0 for localhost */
+    unsigned char addr[16];
+    unsigned port;
+} config_addr;
+
+static void config_addr_of(const char *listen, config_addr *a)
+{
+    char host[CONFIG_HOST_MAX];
+    memset(a, 0, sizeof *a);
+    if (config_parse_listen(listen, host, sizeof host, &a->port) != 0)
+        return;
+    if (inet_pton(AF_INET, host, a->addr) == 1)
+        a->family = AF_INET;
+    else if (inet_pton(AF_INET6, host, a->addr) == 1)
+        a->family = AF_INET6;
+}
+
+static int config_addr_is_any(const config_addr *a)
+{
+    static const unsigned char zero[16];
+    return a->family != 0 && memcmp(a->addr, zero, a->family == AF_INET ? 4 : 16) == 0;
+}
+
+/* Whether two listen addresses would fight over a socket: the same port,
+ * and the same host, or either a wildcard, or either "localhost" (which may
+ * be any loopback address). */
+static int config_listen_clash(const char *x, const char *y)
+{
+    config_addr a;
+    config_addr b;
+    config_addr_of(x, &a);
+    config_addr_of(y, &b);
+    if (a.port != b.port)
+        return 0;
+    if (a.family == 0 || b.family == 0 || config_addr_is_any(&a) || config_addr_is_any(&b))
+        return 1;
+    return a.family == b.family && memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
+}
+
+/* Applies ONCE_LISTEN and ONCE_STORE (set and not empty) over the file. */
+static int config_apply_env(config_ctx *c)
+{
+    once_config *cfg = c->cfg;
+    char q[CONFIG_QUOTE_MAX];
+    char host[CONFIG_HOST_MAX];
+    unsigned port;
+    const char *listen = getenv("ONCE_LISTEN");
+    if (listen != NULL && listen[0] != '\0') {
+        if (config_parse_listen(listen, host, sizeof host, &port) != 0)
+            return config_fail_at(c, 0, "ONCE_LISTEN: '%s' is not HOST:PORT",
+                                  config_quote(listen, q, sizeof q));
+        if (config_set_str(&cfg->listen, listen) != 0)
+            return config_fail_oom(c);
+    }
+    const char *store = getenv("ONCE_STORE");
+    if (store != NULL && store[0] != '\0') {
+        const char *why = config_store_problem(store);
+        if (why != NULL)
+            return config_fail_at(c, 0, "ONCE_STORE: %s", why);
+        if (config_set_str(&cfg->store, store) != 0)
+            return config_fail_oom(c);
+    }
+    return 0;
+}
+
+/* Fills the defaults that depend on other keys and checks what involves
+ * more than one key, once the whole file and the environment are in. */
+static int config_finish(config_ctx *c)
+{
+    once_config *cfg = c->cfg;
+    if (cfg->listen == NULL && config_set_str(&cfg->listen, CONFIG_DEFAULT_LISTEN) != 0)
+        return config_fail_oom(c);
+    if (cfg->store == NULL && config_set_str(&cfg->store, CONFIG_DEFAULT_STORE) != 0)
+        return config_fail_oom(c);
+    if (config_apply_env(c) != 0)
+        return -1;
+    static const int def_release[] = {429, 503};
+    static const int def_unknown[] = {500, 502, 504};
+    uint32_t bit_release = config_key_bit(CONFIG_SEC_UPSTREAM, "release_on");
+    uint32_t bit_unknown = config_key_bit(CONFIG_SEC_UPSTREAM, "unknown_on");
+    for (size_t i = 0; i < cfg->nupstreams; i++) {
+        upstream_cfg *u = &cfg->upstreams[i];
+        if (u->url == NULL)
+            return config_fail_at(c, u->line, "[upstream.%s] has no url", u->name);
+        if (u->retention_ms < 0)
+            u->retention_ms = cfg->retention_ms;
+        if (u->lease_ms < 0) {
+            int64_t floor = u->timeout_ms > INT64_MAX - CONFIG_LEASE_MARGIN_MS
+                                ? INT64_MAX
+                                : u->timeout_ms + CONFIG_LEASE_MARGIN_MS;
+            u->lease_ms = cfg->lease_ms > floor ? cfg->lease_ms : floor;
+        } else if (u->lease_ms <= u->timeout_ms) {
+            return config_fail_at(c, u->line,
+                                  "[upstream.%s]: lease (%lld ms) must be longer than timeout "
+                                  "(%lld ms), or a reservation could expire while its request is "
+                                  "in flight",
+                                  u->name, (long long)u->lease_ms, (long long)u->timeout_ms);
+        }
+        if ((c->up_seen[i] & bit_release) == 0) {
+            u->release_on = malloc(sizeof def_release);
+            if (u->release_on == NULL)
+                return config_fail_oom(c);
+            memcpy(u->release_on, def_release, sizeof def_release);
+            u->nrelease_on = sizeof def_release / sizeof def_release[0];
+        }
+        if ((c->up_seen[i] & bit_unknown) == 0) {
+            u->unknown_on = malloc(sizeof def_unknown);
+            if (u->unknown_on == NULL)
+                return config_fail_oom(c);
+            memcpy(u->unknown_on, def_unknown, sizeof def_unknown);
+            u->nunknown_on = sizeof def_unknown / sizeof def_unknown[0];
+        }
+        for (size_t a = 0; a < u->nrelease_on; a++) {
+            for (size_t b = 0; b < u->nunknown_on; b++) {
+                if (u->release_on[a] == u->unknown_on[b])
+                    return config_fail_at(c, u->line,
+                                          "[upstream.%s]: status %d is in both release_on and "
+                                          "unknown_on",
+                                          u->name, u->release_on[a]);
+            }
+        }
+        if (u->listen == NULL)
+            continue;
+        if (config_listen_clash(u->listen, cfg->listen))
+            return config_fail_at(c, u->line,
+                                  "[upstream.%s]: listen %s clashes with the server's listen %s",
+                                  u->name, u->listen, cfg->listen);
+        for (size_t j = 0; j < i; j++) {
+            const upstream_cfg *o = &cfg->upstreams[j];
+            if (o->listen != NULL && config_listen_clash(u->listen, o->listen))
+                return config_fail_at(c, u->line,
+                                      "[upstream.%s]: listen %s clashes with [upstream.%s] "
+                                      "(line %d)",
+                                      u->name, u->listen, o->name, o->line);
+        }
+    }
+    return 0;
+}
+
+/* ---- the interface ---------------------------------------------------------------------- */
+
+/* Loads from an open stream; path is only used for messages and for
+ * resolving relative *_file paths. Split from config_load so the fuzzer can
+ * feed memory. */
+static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char *err,
+                              size_t errlen)
+{
+    config_ctx c;
+    memset(&c, 0, sizeof c);
+    memset(cfg, 0, sizeof *cfg);
+    c.cfg = cfg;
+    c.path = path;
+    c.fp = fp;
+    c.err = err;
+    c.errlen = errlen;
+    config_quote(path, c.qpath, sizeof c.qpath);
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+
+    const char *slash = strrchr(path, '/');
+    if (slash != NULL) {
+        c.dir = slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+        if (c.dir == NULL)
+            config_fail_oom(&c);
+    }
+    cfg->path = strdup(path);
+    if (cfg->path == NULL)
+        config_fail_oom(&c);
+    cfg->max_body = CONFIG_DEFAULT_MAX_BODY;
+    cfg->lease_ms = CONFIG_DEFAULT_LEASE_MS;
+    cfg->retention_ms = CONFIG_DEFAULT_RETENTION_MS;
+    cfg->grace_ms = CONFIG_DEFAULT_GRACE_MS;
+    cfg->threads = CONFIG_DEFAULT_THREADS;
+    cfg->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
+    cfg->loop_interval_ms = CONFIG_DEFAULT_LOOP_MS;
+
+    if (!c.failed) {
+        int rc = ini_parse_stream(config_read_line, &c, config_on_pair, &c);
+        /* rc > 0 is inih's first bad line. Our own errors stop the reader at
+         * their line, so an earlier inih error is the first error. */
+        if (rc == -2)
+            config_fail_oom(&c);
+        else if (rc < 0)
+            config_fail_at(&c, 0, "cannot parse (inih error %d)", rc);
+        else if (rc > 0 && (!c.failed || (rc < c.errline && c.code != -ENOMEM))) {
+            c.failed = 0;
+            config_fail_at(&c, rc, "syntax error: expected 'key = value', '[section]' or a comment");
+        }
+    }
+    if (!c.failed)
+        config_finish(&c);
+
+    free(c.linebuf);
+    free(c.up_seen);
+    free(c.dir);
+    if (c.failed) {
+        config_free(cfg);
+        return c.code != 0 ? c.code : -EINVAL;
+    }
+    return 0;
+}
+
+int config_load(const char *path, once_config *cfg, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (cfg == NULL)
+        return -EINVAL;
+    memset(cfg, 0, sizeof *cfg);
+    if (path == NULL || path[0] == '\0') {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "no configuration file given");
+        return -EINVAL;
+    }
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL) {
+        int e = errno;
+        char q[CONFIG_QUOTE_MAX * 2];
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "%s: cannot open: %s", config_quote(path, q, sizeof q),
+                     strerror(e));
+        return e != 0 ? -e : -EIO;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+        char q[CONFIG_QUOTE_MAX * 2];
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "%s: is a directory", config_quote(path, q, sizeof q));
+        fclose(fp);
+        return -EISDIR;
+    }
+    int rc = config_load_stream(fp, path, cfg, err, errlen);
+    fclose(fp);
+    return rc;
+}
+
+void config_free(once_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->path);
+    free(cfg->listen);
+    free(cfg->store);
+    for (size_t i = 0; i < cfg->ntokens; i++)
+        free(cfg->tokens[i]);
+    free(cfg->tokens);
+    for (size_t i = 0; i < cfg->nupstreams; i++) {
+        upstream_cfg *u = &cfg->upstreams[i];
+        free(u->name);
+        free(u->url);
+        for (size_t j = 0; j < u->nheaders; j++)
+            free(u->headers[j]);
+        free(u->headers);
+        free(u->release_on);
+        free(u->unknown_on);
+        free(u->forward_key_as);
+        free(u->listen);
+    }
+    free(cfg->upstreams);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+const upstream_cfg *config_upstream(const once_config *cfg, const char *name)
+{
+    if (cfg == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < cfg->nupstreams; i++) {
+        if (strcmp(cfg->upstreams[i].name, name) == 0)
+            return &cfg->upstreams[i];
+    }
+    return NULL;
+}

@@ -1,0 +1,218 @@
+/*
+ * metrics.c — counters and fixed-bucket histograms behind one mutex.
+ *
+ * A mutex per update is cheap next to an HTTP request; the registry is
+ * small and bounded (MAX_SCOPES), so rendering walks plain arrays.
+ */
+#include "server/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SCOPES 256
+#define OTHER_SCOPE "_other"
+
+static const char *const outcome_names[MO_COUNT] = {"new", "replayed", "in_flight", "mismatch",
+                                                    "released", "unknown", "held"};
+
+static const double seconds_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                         0.25,   0.5,   1,      2.5,   5,    10,   30,    60};
+#define NSEC (sizeof seconds_buckets / sizeof seconds_buckets[0])
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+#define NBATCH (sizeof batch_buckets / sizeof batch_buckets[0])
+
+typedef struct histogram {
+    unsigned long long counts[NSEC + 1]; /* per bucket, last is +Inf */
+    unsigned long long n;
+    double sum;
+} histogram;
+
+typedef struct scope_stats {
+    char name[65];
+    unsigned long long outcomes[MO_COUNT];
+    histogram upstream;
+} scope_stats;
+
+struct metrics {
+    pthread_mutex_t mu;
+    scope_stats *scopes;
+    size_t nscopes;
+    histogram commit;
+    histogram batch;
+    unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
+    unsigned long long lease_expired;
+    unsigned long long auto_held;
+};
+
+int metrics_init(metrics **out)
+{
+    metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return -1;
+    m->scopes = calloc(MAX_SCOPES + 1, sizeof *m->scopes);
+    if (!m->scopes) {
+        free(m);
+        return -1;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    *out = m;
+    return 0;
+}
+
+void metrics_free(metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    free(m->scopes);
+    free(m);
+}
+
+/* Caller holds m->mu. */
+static scope_stats *scope_find(metrics *m, const char *scope)
+{
+    for (size_t i = 0; i < m->nscopes; i++)
+        if (strcmp(m->scopes[i].name, scope) == 0)
+            return &m->scopes[i];
+    if (m->nscopes < MAX_SCOPES) {
+        scope_stats *s = &m->scopes[m->nscopes++];
+        snprintf(s->name, sizeof s->name, "%s", scope);
+        return s;
+    }
+    scope_stats *other = &m->scopes[MAX_SCOPES];
+    if (!other->name[0])
+        snprintf(other->name, sizeof other->name, "%s", OTHER_SCOPE);
+    return other;
+}
+
+static void observe(histogram *h, const double *bounds, size_t nb, double v)
+{
+    size_t i = 0;
+    while (i < nb && v > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->n++;
+    h->sum += v;
+}
+
+void metrics_action(metrics *m, const char *scope, metric_outcome o)
+{
+    if (!m || o >= MO_COUNT)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, scope ? scope : OTHER_SCOPE)->outcomes[o]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_upstream(metrics *m, const char *scope, double seconds)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    observe(&scope_find(m, scope)->upstream, seconds_buckets, NSEC, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_http(metrics *m, unsigned status)
+{
+    if (!m || status < 100 || status > 599)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->http[status / 100]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_commit(void *arg, size_t batch, double seconds)
+{
+    metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    observe(&m->commit, seconds_buckets, NSEC, seconds);
+    observe(&m->batch, batch_buckets, NBATCH, (double)batch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_lease(metrics *m, size_t expired, size_t held)
+{
+    pthread_mutex_lock(&m->mu);
+    m->lease_expired += expired;
+    m->auto_held += held;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static int out(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int out(buf *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -1;
+    return buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, (size_t)1 << 30);
+}
+
+static int render_hist(buf *b, const char *name, const char *labels, const histogram *h, const double *bounds,
+                       size_t nb)
+{
+    unsigned long long cum = 0;
+    const char *sep = labels[0] ? "," : "";
+    for (size_t i = 0; i < nb; i++) {
+        cum += h->counts[i];
+        if (out(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], cum) < 0)
+            return -1;
+    }
+    cum += h->counts[nb];
+    if (out(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cum) < 0)
+        return -1;
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    if (out(b, "%s_sum%s%s%s %.9g\n", name, open, labels, close, h->sum) < 0 ||
+        out(b, "%s_count%s%s%s %llu\n", name, open, labels, close, h->n) < 0)
+        return -1;
+    return 0;
+}
+
+int metrics_render(metrics *m, buf *b)
+{
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    size_t n = m->nscopes + (m->scopes[MAX_SCOPES].name[0] ? 1 : 0);
+    rc |= out(b, "# HELP once_actions_total Ledger answers by scope and outcome.\n"
+                 "# TYPE once_actions_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        for (int o = 0; o < MO_COUNT; o++)
+            rc |= out(b, "once_actions_total{scope=\"%s\",outcome=\"%s\"} %llu\n", s->name, outcome_names[o],
+                      s->outcomes[o]);
+    }
+    rc |= out(b, "# HELP once_upstream_seconds Time of upstream calls.\n# TYPE once_upstream_seconds histogram\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        if (!s->upstream.n)
+            continue;
+        char labels[96];
+        snprintf(labels, sizeof labels, "scope=\"%s\"", s->name);
+        rc |= render_hist(b, "once_upstream_seconds", labels, &s->upstream, seconds_buckets, NSEC);
+    }
+    rc |= out(b, "# HELP once_store_commit_seconds Durable group commits, BEGIN to synced COMMIT.\n"
+                 "# TYPE once_store_commit_seconds histogram\n");
+    rc |= render_hist(b, "once_store_commit_seconds", "", &m->commit, seconds_buckets, NSEC);
+    rc |= out(b, "# HELP once_group_commit_batch_size Operations per durable commit.\n"
+                 "# TYPE once_group_commit_batch_size histogram\n");
+    rc |= render_hist(b, "once_group_commit_batch_size", "", &m->batch, batch_buckets, NBATCH);
+    rc |= out(b, "# HELP once_http_requests_total HTTP answers by status class.\n"
+                 "# TYPE once_http_requests_total counter\n");
+    for (int c = 1; c <= 5; c++)
+        rc |= out(b, "once_http_requests_total{code=\"%dxx\"} %llu\n", c, m->http[c]);
+    rc |= out(b, "# HELP once_lease_expired_total Pending actions whose lease ran out (now unknown).\n"
+                 "# TYPE once_lease_expired_total counter\nonce_lease_expired_total %llu\n",
+              m->lease_expired);
+    rc |= out(b, "# HELP once_held_total Unknown actions held for a human.\n"
+                 "# TYPE once_held_total counter\nonce_held_total %llu\n",
+              m->auto_held);
+    pthread_mutex_unlock(&m->mu);
+    return rc ? -1 : 0;
+}

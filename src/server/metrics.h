@@ -1,0 +1,41 @@
+/*
+ * metrics.h — the gateway's counters and histograms, rendered in the
+ * Prometheus text format for GET /metrics.
+ */
+#ifndef ONCE_SERVER_METRICS_H
+#define ONCE_SERVER_METRICS_H
+
+#include <stddef.h>
+
+#include "server/buf.h"
+
+typedef enum metric_outcome {
+    MO_NEW,
+    MO_REPLAYED,
+    MO_IN_FLIGHT,
+    MO_MISMATCH,
+    MO_RELEASED,
+    MO_UNKNOWN,
+    MO_HELD,
+    MO_COUNT
+} metric_outcome;
+
+typedef struct metrics metrics;
+
+int metrics_init(metrics **out);
+void metrics_free(metrics *m);
+
+/* Scopes are labels; past a fixed number of distinct scopes (agents choose
+ * them in the actions API) further ones are counted under "_other" so a
+ * client cannot grow the registry without bound. */
+void metrics_action(metrics *m, const char *scope, metric_outcome o);
+void metrics_upstream(metrics *m, const char *scope, double seconds);
+void metrics_http(metrics *m, unsigned status);
+/* Fits once_commit_hook: counts a group commit. */
+void metrics_commit(void *m, size_t batch, double seconds);
+void metrics_lease(metrics *m, size_t expired, size_t held);
+
+/* Appends the whole registry to out. 0 or -1 (out of memory). */
+int metrics_render(metrics *m, buf *out);
+
+#endif

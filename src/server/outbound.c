@@ -1,0 +1,402 @@
+/*
+ * outbound.c — upstream HTTP calls on libcurl's multi interface (see
+ * outbound.h). The one rule that matters for exactly-once: a failure before
+ * the request left is not the same as one after it. The first is released
+ * (certainly not done); the second is ambiguous and must never be resent.
+ */
+#include "server/outbound.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "once/once.h"
+
+#define HEADERS_MAX (256u * 1024)
+
+struct outbound {
+    CURLM *multi;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    out_call **queue;   /* submitted, not yet added to the multi handle */
+    size_t nqueue;
+    size_t capqueue;
+    int stop;
+    size_t in_flight;
+    struct transfer *active; /* running transfers; outbound thread only */
+};
+
+/* Per-transfer state that only the outbound thread touches. */
+typedef struct transfer {
+    struct transfer *prev, *next;
+    out_call *call;
+    CURL *easy;
+    struct curl_slist *slist;
+    json_t *headers;
+    int too_large;
+    double t0;
+} transfer;
+
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Hop-by-hop headers belong to one connection, not to the answer. */
+static int header_is_hop(const char *name, size_t n)
+{
+    static const char *const hop[] = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                                      "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+                                      "content-length"};
+    for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+        if (strlen(hop[i]) == n && strncasecmp(hop[i], name, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* JSON strings must be UTF-8; a header value that is not gets its
+ * non-ASCII bytes replaced rather than dropping the header. */
+static json_t *json_text(const char *p, size_t n)
+{
+    json_t *s = json_stringn(p, n);
+    if (s)
+        return s;
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        copy[i] = (unsigned char)p[i] < 0x80 ? p[i] : '?';
+    s = json_stringn(copy, n);
+    free(copy);
+    return s;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    transfer *t = arg;
+    size_t len = size * n;
+    if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+        /* A new status line (after 100 Continue, say): start over. */
+        json_array_clear(t->headers);
+        return len;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+        return len;
+    size_t nlen = (size_t)(colon - p);
+    const char *v = colon + 1;
+    const char *end = p + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (nlen == 0 || header_is_hop(p, nlen))
+        return len;
+    if (json_array_size(t->headers) >= 200)
+        return len; /* enough; an upstream that sends more is misbehaving */
+    json_t *pair = json_array();
+    if (!pair || json_array_append_new(pair, json_text(p, nlen)) < 0 ||
+        json_array_append_new(pair, json_text(v, (size_t)(end - v))) < 0 ||
+        json_array_append_new(t->headers, pair) < 0)
+        return 0; /* out of memory: abort the transfer */
+    return len;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    transfer *t = arg;
+    size_t len = size * n;
+    if (buf_append(&t->call->resp_body, p, len, t->call->max_response) < 0) {
+        t->too_large = 1;
+        return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
+    }
+    return len;
+}
+
+static int transfer_setup(transfer *t)
+{
+    out_call *c = t->call;
+    CURL *e = t->easy;
+    for (size_t i = 0; i < c->nheaders; i++) {
+        struct curl_slist *s = curl_slist_append(t->slist, c->headers[i]);
+        if (!s)
+            return -1;
+        t->slist = s;
+    }
+    /* No "Expect: 100-continue" round trip, and no default Accept. */
+    static const char *const quiet[] = {"Expect:", "Accept:"};
+    for (size_t i = 0; i < 2; i++) {
+        int given = 0;
+        size_t ql = strlen(quiet[i]) - 1;
+        for (size_t j = 0; j < c->nheaders; j++)
+            if (strncasecmp(c->headers[j], quiet[i], ql) == 0 && c->headers[j][ql] == ':')
+                given = 1;
+        if (!given) {
+            struct curl_slist *s = curl_slist_append(t->slist, quiet[i]);
+            if (!s)
+                return -1;
+            t->slist = s;
+        }
+    }
+    int bad = 0;
+    bad |= curl_easy_setopt(e, CURLOPT_URL, c->url) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) != CURLE_OK;
+    long connect_ms = c->timeout_ms < 10000 ? (long)c->timeout_ms : 10000;
+    bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->slist) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_HEADERDATA, t) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, t) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, t) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_HTTP_TRANSFER_DECODING, 1L) != CURLE_OK;
+    if (strcmp(c->method, "HEAD") == 0) {
+        bad |= curl_easy_setopt(e, CURLOPT_NOBODY, 1L) != CURLE_OK;
+    } else if (strcmp(c->method, "GET") == 0 && c->body_len == 0) {
+        bad |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) != CURLE_OK;
+    } else {
+        if (c->body_len > 0 || strcmp(c->method, "POST") == 0 || strcmp(c->method, "PUT") == 0 ||
+            strcmp(c->method, "PATCH") == 0) {
+            bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->body_len) != CURLE_OK;
+            bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->body ? (const char *)c->body : "") != CURLE_OK;
+        }
+        bad |= curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->method) != CURLE_OK;
+    }
+    return bad ? -1 : 0;
+}
+
+/* Was anything of the request handed to the upstream? Connect, DNS and TLS
+ * failures happen before; everything else is treated as after. */
+static out_kind classify_failure(CURL *e, CURLcode rc)
+{
+    long request_size = 0;
+    curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &request_size);
+    if (request_size > 0)
+        return OUT_AMBIGUOUS;
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_OPERATION_TIMEDOUT: /* with nothing sent: still connecting */
+    case CURLE_ABORTED_BY_CALLBACK:
+        return OUT_NOT_SENT;
+    default:
+        return OUT_AMBIGUOUS;
+    }
+}
+
+static void transfer_free(transfer *t)
+{
+    if (t->easy)
+        curl_easy_cleanup(t->easy);
+    curl_slist_free_all(t->slist);
+    json_decref(t->headers);
+    free(t);
+}
+
+/* Fills the call's result, frees the transfer and runs done. aborted: the
+ * gateway is stopping and ended the transfer itself. */
+static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
+{
+    out_call *c = t->call;
+    c->seconds = mono_seconds() - t->t0;
+    if (t->too_large) {
+        c->kind = OUT_TOO_LARGE;
+        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &c->status);
+        snprintf(c->error, sizeof c->error, "the response exceeded max_response (%zu bytes)", c->max_response);
+    } else if (rc == CURLE_OK && !aborted) {
+        c->kind = OUT_ANSWERED;
+        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &c->status);
+        char *dump = json_dumps(t->headers, JSON_COMPACT);
+        if (!dump || buf_append_str(&c->resp_headers, dump, HEADERS_MAX) < 0) {
+            c->resp_headers.len = 0;
+            buf_append_str(&c->resp_headers, "[]", HEADERS_MAX);
+        }
+        free(dump);
+    } else {
+        c->kind = classify_failure(t->easy, aborted ? CURLE_ABORTED_BY_CALLBACK : rc);
+        snprintf(c->error, sizeof c->error, "%s", aborted ? "the gateway stopped during the call" : curl_easy_strerror(rc));
+        buf_free(&c->resp_body);
+    }
+    if (t->easy)
+        curl_multi_remove_handle(ob->multi, t->easy);
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (ob->active == t)
+        ob->active = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    transfer_free(t);
+    pthread_mutex_lock(&ob->mu);
+    ob->in_flight--;
+    pthread_mutex_unlock(&ob->mu);
+    c->easy = NULL;
+    c->done(c);
+}
+
+static void transfer_start(outbound *ob, out_call *c)
+{
+    transfer *t = calloc(1, sizeof *t);
+    if (t) {
+        t->call = c;
+        t->t0 = mono_seconds();
+        t->easy = curl_easy_init();
+        t->headers = json_array();
+    }
+    if (!t || !t->easy || !t->headers || transfer_setup(t) < 0 ||
+        curl_multi_add_handle(ob->multi, t->easy) != CURLM_OK) {
+        c->kind = OUT_NOT_SENT;
+        snprintf(c->error, sizeof c->error, "cannot set up the upstream call (out of memory)");
+        if (t)
+            transfer_free(t);
+        pthread_mutex_lock(&ob->mu);
+        ob->in_flight--;
+        pthread_mutex_unlock(&ob->mu);
+        c->done(c);
+        return;
+    }
+    c->easy = t->easy;
+    t->next = ob->active;
+    if (ob->active)
+        ob->active->prev = t;
+    ob->active = t;
+}
+
+static void *outbound_main(void *arg)
+{
+    outbound *ob = arg;
+    out_call *batch[256];
+    for (;;) {
+        pthread_mutex_lock(&ob->mu);
+        size_t n = ob->nqueue < 256 ? ob->nqueue : 256;
+        if (n) {
+            memcpy(batch, ob->queue, n * sizeof *batch);
+            memmove(ob->queue, ob->queue + n, (ob->nqueue - n) * sizeof *batch);
+            ob->nqueue -= n;
+        }
+        int stop = ob->stop && ob->nqueue == 0;
+        pthread_mutex_unlock(&ob->mu);
+        for (size_t i = 0; i < n; i++)
+            transfer_start(ob, batch[i]);
+        int running = 0;
+        curl_multi_perform(ob->multi, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(ob->multi, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            transfer *t = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+            CURLcode rc = msg->data.result;
+            transfer_finish(ob, t, rc, 0);
+        }
+        if (stop) {
+            /* End what is left: each call learns whether it was sent. */
+            while (ob->active)
+                transfer_finish(ob, ob->active, CURLE_ABORTED_BY_CALLBACK, 1);
+            break;
+        }
+        curl_multi_poll(ob->multi, NULL, 0, 1000, NULL);
+    }
+    return NULL;
+}
+
+int outbound_start(outbound **out)
+{
+    outbound *ob = calloc(1, sizeof *ob);
+    if (!ob)
+        return ONCE_ENOMEM;
+    ob->multi = curl_multi_init();
+    if (!ob->multi) {
+        free(ob);
+        return ONCE_ENOMEM;
+    }
+    /* Reuse connections to each upstream; cap per host to stay polite. */
+    curl_multi_setopt(ob->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+    curl_multi_setopt(ob->multi, CURLMOPT_MAXCONNECTS, 512L);
+    pthread_mutex_init(&ob->mu, NULL);
+    if (pthread_create(&ob->thread, NULL, outbound_main, ob) != 0) {
+        curl_multi_cleanup(ob->multi);
+        pthread_mutex_destroy(&ob->mu);
+        free(ob);
+        return ONCE_ENOMEM;
+    }
+    *out = ob;
+    return ONCE_OK;
+}
+
+void outbound_stop(outbound *ob)
+{
+    if (!ob)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    ob->stop = 1;
+    pthread_mutex_unlock(&ob->mu);
+    curl_multi_wakeup(ob->multi);
+    pthread_join(ob->thread, NULL);
+    curl_multi_cleanup(ob->multi);
+    pthread_mutex_destroy(&ob->mu);
+    free(ob->queue);
+    free(ob);
+}
+
+int outbound_submit(outbound *ob, out_call *call)
+{
+    memset(&call->resp_headers, 0, sizeof call->resp_headers);
+    memset(&call->resp_body, 0, sizeof call->resp_body);
+    call->kind = 0;
+    call->status = 0;
+    call->error[0] = '\0';
+    pthread_mutex_lock(&ob->mu);
+    if (ob->stop) {
+        pthread_mutex_unlock(&ob->mu);
+        return ONCE_ECLOSED;
+    }
+    if (ob->nqueue == ob->capqueue) {
+        size_t cap = ob->capqueue ? ob->capqueue * 2 : 64;
+        out_call **q = realloc(ob->queue, cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&ob->mu);
+            return ONCE_ENOMEM;
+        }
+        ob->queue = q;
+        ob->capqueue = cap;
+    }
+    ob->queue[ob->nqueue++] = call;
+    ob->in_flight++;
+    pthread_mutex_unlock(&ob->mu);
+    curl_multi_wakeup(ob->multi);
+    return ONCE_OK;
+}
+
+void out_call_clear(out_call *call)
+{
+    buf_free(&call->resp_headers);
+    buf_free(&call->resp_body);
+}
+
+size_t outbound_in_flight(outbound *ob)
+{
+    pthread_mutex_lock(&ob->mu);
+    size_t n = ob->in_flight;
+    pthread_mutex_unlock(&ob->mu);
+    return n;
+}

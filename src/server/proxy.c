@@ -1,0 +1,631 @@
+/*
+ * proxy.c — ANY /v1/proxy/{upstream}/{path…}: reserve first, forward,
+ * record before reply, replay to every retry (DESIGN.md §3).
+ *
+ * A proxied request moves through threads by callbacks, never by waiting:
+ *   HTTP thread   validate, fingerprint, once_reserve_async
+ *                 (a completed or live row answers here, from one read)
+ *   store writer  on_reserved: RESERVED goes to the outbound thread
+ *   outbound      on_upstream_done: classify, record asynchronously
+ *   store writer  on_recorded: attach the answer, resume the connection
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/evp.h>
+
+#include "server/log.h"
+#include "server/server.h"
+
+typedef enum px_kind {
+    PX_COMPLETED,     /* the upstream answered; recorded as completed */
+    PX_RELEASED_PASS, /* answered a release_on status */
+    PX_UNKNOWN_PASS,  /* answered an unknown_on status */
+    PX_UNREACHABLE,   /* nothing was sent */
+    PX_AMBIGUOUS,     /* sent; no complete answer */
+    PX_TOO_LARGE,     /* answered beyond max_response */
+    PX_NOT_FORWARDED  /* the gateway could not start the call */
+} px_kind;
+
+typedef struct proxy {
+    req *r;
+    const upstream_cfg *up;
+    char key[ONCE_KEY_MAX + 1];
+    char fp[65];
+    char *url;
+    char **headers;
+    size_t nheaders;
+    buf meta;
+    once_reserve_req rreq;
+    once_reservation res;
+    out_call call;
+    once_response rec;
+    px_kind kind;
+    int64_t wait_deadline;
+} proxy;
+
+static void proxy_free(void *arg)
+{
+    proxy *px = arg;
+    if (!px)
+        return;
+    for (size_t i = 0; i < px->nheaders; i++)
+        free(px->headers[i]);
+    free(px->headers);
+    free(px->url);
+    buf_free(&px->meta);
+    once_reservation_free(&px->res);
+    out_call_clear(&px->call);
+    free(px);
+}
+
+static int method_is_safe(const char *m)
+{
+    return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 || strcmp(m, "OPTIONS") == 0;
+}
+
+static int in_list(const int *list, size_t n, long status)
+{
+    for (size_t i = 0; i < n; i++)
+        if (list[i] == status)
+            return 1;
+    return 0;
+}
+
+/* ---- building requests and responses ----------------------------------- */
+
+static int header_dropped(const proxy *px, const char *name)
+{
+    static const char *const drop[] = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                                       "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+                                       "idempotency-key", "prefer", "expect"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        if (strcasecmp(name, drop[i]) == 0)
+            return 1;
+    /* once's own bearer token is for once, never for the provider. */
+    if (px->r->srv->cfg->ntokens && strcasecmp(name, "authorization") == 0)
+        return 1;
+    if (px->up->forward_key_as && strcasecmp(name, px->up->forward_key_as) == 0)
+        return 1;
+    for (size_t i = 0; i < px->up->nheaders; i++) {
+        const char *h = px->up->headers[i];
+        const char *colon = strchr(h, ':');
+        if (colon && (size_t)(colon - h) == strlen(name) && strncasecmp(h, name, strlen(name)) == 0)
+            return 1; /* an injected header replaces the client's */
+    }
+    return 0;
+}
+
+static int headers_add(proxy *px, const char *name, const char *value)
+{
+    char **h = realloc(px->headers, (px->nheaders + 1) * sizeof *h);
+    if (!h)
+        return -1;
+    px->headers = h;
+    size_t n = strlen(name) + strlen(value) + 3;
+    char *line = malloc(n);
+    if (!line)
+        return -1;
+    snprintf(line, n, "%s: %s", name, value);
+    px->headers[px->nheaders++] = line;
+    return 0;
+}
+
+typedef struct collect {
+    proxy *px;
+    json_t *meta_headers;
+    int failed;
+} collect;
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+    (void)kind;
+    collect *c = cls;
+    if (!name || header_dropped(c->px, name))
+        return MHD_YES;
+    if (headers_add(c->px, name, value ? value : "") < 0) {
+        c->failed = 1;
+        return MHD_NO;
+    }
+    /* The stored request keeps the client's headers (not injected secrets,
+     * not the client's credentials) for lookups and for humans. */
+    if (strcasecmp(name, "authorization") != 0 && strcasecmp(name, "cookie") != 0) {
+        json_t *pair = json_pack("[s?s?]", name, value);
+        if (pair)
+            json_array_append_new(c->meta_headers, pair);
+    }
+    return MHD_YES;
+}
+
+static int body_is_utf8(const uint8_t *p, size_t n)
+{
+    json_t *s = json_stringn((const char *)p, n);
+    int ok = s != NULL;
+    json_decref(s);
+    return ok;
+}
+
+/* The request as stored with the reservation: what a provider lookup or a
+ * human needs to know what was attempted. */
+static int meta_build(proxy *px, const char *target, json_t *headers)
+{
+    req *r = px->r;
+    json_t *o = json_pack("{s:s, s:s, s:O}", "method", r->method, "target", target, "headers", headers);
+    if (!o)
+        return -1;
+    if (r->body.len) {
+        if (body_is_utf8(r->body.data, r->body.len)) {
+            json_object_set_new(o, "body", json_stringn((const char *)r->body.data, r->body.len));
+        } else {
+            size_t cap = 4 * ((r->body.len + 2) / 3) + 1;
+            char *b64 = malloc(cap);
+            if (!b64) {
+                json_decref(o);
+                return -1;
+            }
+            EVP_EncodeBlock((unsigned char *)b64, r->body.data, (int)r->body.len);
+            json_object_set_new(o, "body_base64", json_string(b64));
+            free(b64);
+        }
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return -1;
+    int rc = buf_append_str(&px->meta, s, ONCE_REQUEST_MAX);
+    free(s);
+    return rc;
+}
+
+/* A response from a status, a JSON array of [name, value] headers and a
+ * body: what the upstream said, live or replayed. */
+static struct MHD_Response *resp_from(const char *headers_json, const uint8_t *body, size_t len)
+{
+    struct MHD_Response *resp = resp_bytes(body, len, NULL);
+    if (!resp || !headers_json)
+        return resp;
+    json_t *arr = json_loads(headers_json, 0, NULL);
+    size_t i;
+    json_t *pair;
+    json_array_foreach(arr, i, pair)
+    {
+        const char *n = json_string_value(json_array_get(pair, 0));
+        const char *v = json_string_value(json_array_get(pair, 1));
+        if (n && v && strcasecmp(n, "content-length") != 0 && strcasecmp(n, "transfer-encoding") != 0 &&
+            strcasecmp(n, "connection") != 0)
+            MHD_add_response_header(resp, n, v);
+    }
+    json_decref(arr);
+    return resp;
+}
+
+/* ---- answers ----------------------------------------------------------- */
+
+static void reply_unknown(proxy *px, once_reserve_status st)
+{
+    req *r = px->r;
+    const char *state = st == ONCE_HELD ? "held" : "unknown";
+    r->outcome = state;
+    metrics_action(r->srv->metrics, px->up->name, st == ONCE_HELD ? MO_HELD : MO_UNKNOWN);
+    const char *reason = px->res.action.error ? px->res.action.error : "";
+    req_problem(r, 409, "outcome_unknown", "Outcome unknown", json_pack("{s:s, s:s}", "state", state, "reason", reason),
+                "an earlier attempt may have performed this action (%s); it is not sent again until it is "
+                "resolved",
+                state);
+}
+
+static void reply_in_flight(proxy *px)
+{
+    req *r = px->r;
+    r->outcome = "in_flight";
+    metrics_action(r->srv->metrics, px->up->name, MO_IN_FLIGHT);
+    json_t *extra = json_pack("{s:s}", "state", "pending");
+    char detail[] = "another attempt holds this key; retry later or send 'Prefer: wait=N'";
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title", "Key in flight", "status", 409,
+                          "code", "key_in_flight", "detail", detail);
+    if (o && extra)
+        json_object_update(o, extra);
+    json_decref(extra);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    struct MHD_Response *resp = s ? resp_bytes(s, strlen(s), "application/problem+json") : NULL;
+    free(s);
+    if (resp)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    req_reply(r, 409, resp);
+}
+
+static void reply_replay(proxy *px)
+{
+    req *r = px->r;
+    const upstream_cfg *up = px->up;
+    once_action *a = &px->res.action;
+    int mismatch = px->res.fingerprint_mismatch;
+    r->outcome = "replayed";
+    if (mismatch) {
+        metrics_action(r->srv->metrics, up->name, MO_MISMATCH);
+        if (up->on_mismatch == MISMATCH_REJECT) {
+            req_problem(r, 422, "payload_mismatch", "Payload mismatch", NULL,
+                        "this key was first used with a different request; its outcome stands");
+            return;
+        }
+    }
+    metrics_action(r->srv->metrics, up->name, MO_REPLAYED);
+    struct MHD_Response *resp;
+    unsigned status;
+    if (a->has_response) {
+        resp = resp_from(a->response.headers, a->response.body, a->response.body_len);
+        status = (unsigned)a->response.status;
+    } else {
+        /* Resolved by a human: there is no upstream answer to replay. */
+        json_t *o = json_pack("{s:s, s:s?, s:s?}", "state", "completed", "provider_id", a->provider_id, "note",
+                              a->note);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        resp = s ? resp_bytes(s, strlen(s), "application/json") : NULL;
+        free(s);
+        status = 200;
+    }
+    if (resp) {
+        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+        if (mismatch)
+            MHD_add_response_header(resp, "Idempotency-Payload-Mismatch", "true");
+    }
+    req_reply(r, status ? status : 200, resp);
+}
+
+static int wait_poll(void *arg);
+static void wait_timeout(void *arg);
+
+/* Answers from an existing row (anything but RESERVED). */
+static void answer_existing(proxy *px)
+{
+    switch (px->res.status) {
+    case ONCE_COMPLETED: reply_replay(px); break;
+    case ONCE_IN_FLIGHT:
+        if (px->wait_deadline > once_now_ms() &&
+            waiters_add(px->r->srv->waiters, px, px->wait_deadline, wait_poll, wait_timeout) == 0)
+            return;
+        reply_in_flight(px);
+        break;
+    case ONCE_UNKNOWN:
+    case ONCE_HELD: reply_unknown(px, px->res.status); break;
+    default:
+        req_problem(px->r, 500, "internal", "Internal error", NULL, "unexpected reservation status %d",
+                    (int)px->res.status);
+    }
+}
+
+/* ---- recording the outcome ---------------------------------------------- */
+
+static void on_recorded(void *ctx, int rc, const char *detail)
+{
+    proxy *px = ctx;
+    req *r = px->r;
+    metrics *m = r->srv->metrics;
+    const char *name = px->up->name;
+    out_call *c = &px->call;
+    if (rc < 0) {
+        if (px->kind == PX_UNREACHABLE || px->kind == PX_NOT_FORWARDED) {
+            req_problem(r, 503, "store_unavailable", "Store unavailable", NULL,
+                        "nothing was sent upstream, but the release could not be recorded: %s", detail);
+            return;
+        }
+        /* The upstream was called and the ledger did not take the outcome:
+         * the row stays pending, expires, and is held. Never pretend. */
+        r->outcome = "unknown";
+        metrics_action(m, name, MO_UNKNOWN);
+        log_event("error", "scope %s: the outcome of an upstream call could not be recorded: %s", name, detail);
+        req_problem(r, 504, "outcome_unknown", "Outcome unknown", json_pack("{s:s}", "state", "unknown"),
+                    "the upstream was called but its outcome could not be recorded (%s)", detail);
+        return;
+    }
+    switch (px->kind) {
+    case PX_COMPLETED:
+    case PX_RELEASED_PASS:
+    case PX_UNKNOWN_PASS:
+        r->outcome = px->kind == PX_COMPLETED ? "completed" : px->kind == PX_RELEASED_PASS ? "released" : "unknown";
+        if (px->kind != PX_COMPLETED)
+            metrics_action(m, name, px->kind == PX_RELEASED_PASS ? MO_RELEASED : MO_UNKNOWN);
+        req_reply(r, (unsigned)c->status, resp_from((const char *)c->resp_headers.data, c->resp_body.data,
+                                                    c->resp_body.len));
+        break;
+    case PX_UNREACHABLE:
+        r->outcome = "released";
+        metrics_action(m, name, MO_RELEASED);
+        req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL,
+                    "nothing was sent to the upstream (%s); the key is released", c->error);
+        break;
+    case PX_NOT_FORWARDED:
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; nothing was sent");
+        break;
+    case PX_AMBIGUOUS:
+        r->outcome = "unknown";
+        metrics_action(m, name, MO_UNKNOWN);
+        req_problem(r, 504, "outcome_unknown", "Outcome unknown", json_pack("{s:s}", "state", "unknown"),
+                    "the request reached the upstream but no answer came back (%s); it will not be resent",
+                    c->error);
+        break;
+    case PX_TOO_LARGE:
+        r->outcome = "unknown";
+        metrics_action(m, name, MO_UNKNOWN);
+        req_problem(r, 502, "response_too_large", "Response too large", json_pack("{s:s}", "state", "unknown"),
+                    "%s; the action was performed and is recorded as unknown", c->error);
+        break;
+    }
+}
+
+static void record(proxy *px, px_kind kind, char *why)
+{
+    px->kind = kind;
+    once_store *st = px->r->srv->store;
+    const char *scope = px->up->name;
+    int rc;
+    switch (kind) {
+    case PX_COMPLETED:
+        px->rec.status = (int)px->call.status;
+        px->rec.headers = (char *)px->call.resp_headers.data;
+        px->rec.headers_len = px->call.resp_headers.len;
+        px->rec.body = px->call.resp_body.data;
+        px->rec.body_len = px->call.resp_body.len;
+        rc = once_complete_async(st, scope, px->key, px->res.token, &px->rec, NULL, on_recorded, px);
+        break;
+    case PX_RELEASED_PASS:
+    case PX_UNREACHABLE:
+    case PX_NOT_FORWARDED:
+        rc = once_release_async(st, scope, px->key, px->res.token, why, on_recorded, px);
+        break;
+    default: rc = once_mark_unknown_async(st, scope, px->key, px->res.token, why, on_recorded, px); break;
+    }
+    if (rc < 0)
+        on_recorded(px, rc, once_errdetail());
+}
+
+static void on_upstream_done(out_call *c)
+{
+    proxy *px = c->ctx;
+    req *r = px->r;
+    r->upstream_ms = c->seconds * 1e3;
+    metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
+    /* why must outlive the asynchronous record: it lives in the call. */
+    switch (c->kind) {
+    case OUT_ANSWERED:
+        if (in_list(px->up->release_on, px->up->nrelease_on, c->status)) {
+            snprintf(c->error, sizeof c->error, "the upstream answered %ld (release_on)", c->status);
+            record(px, PX_RELEASED_PASS, c->error);
+        } else if (in_list(px->up->unknown_on, px->up->nunknown_on, c->status)) {
+            snprintf(c->error, sizeof c->error, "the upstream answered %ld (unknown_on)", c->status);
+            record(px, PX_UNKNOWN_PASS, c->error);
+        } else {
+            record(px, PX_COMPLETED, NULL);
+        }
+        break;
+    case OUT_NOT_SENT: record(px, PX_UNREACHABLE, c->error); break;
+    case OUT_TOO_LARGE: record(px, PX_TOO_LARGE, c->error); break;
+    default: record(px, PX_AMBIGUOUS, c->error); break;
+    }
+}
+
+static void forward(proxy *px, out_done_fn done)
+{
+    req *r = px->r;
+    out_call *c = &px->call;
+    c->method = r->method;
+    c->url = px->url;
+    c->headers = (const char *const *)px->headers;
+    c->nheaders = px->nheaders;
+    c->body = r->body.data;
+    c->body_len = r->body.len;
+    c->timeout_ms = px->up->timeout_ms;
+    c->max_response = px->up->max_response;
+    c->done = done;
+    c->ctx = px;
+    if (outbound_submit(r->srv->ob, c) < 0) {
+        if (done == on_upstream_done) {
+            snprintf(c->error, sizeof c->error, "the gateway is stopping");
+            record(px, PX_NOT_FORWARDED, c->error);
+        } else {
+            req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+        }
+    }
+}
+
+/* ---- reservation ----------------------------------------------------------- */
+
+static void on_reserved(void *ctx, int rc, const char *detail)
+{
+    proxy *px = ctx;
+    if (rc < 0) {
+        req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL,
+                    "the reservation could not be made durable, so nothing was sent: %s", detail);
+        return;
+    }
+    if (px->res.status == ONCE_RESERVED) {
+        metrics_action(px->r->srv->metrics, px->up->name, MO_NEW);
+        forward(px, on_upstream_done);
+    } else {
+        answer_existing(px);
+    }
+}
+
+static void reserve_start(proxy *px)
+{
+    once_reservation_free(&px->res);
+    int rc = once_reserve_async(px->r->srv->store, &px->rreq, &px->res, on_reserved, px);
+    if (rc == 1) {
+        answer_existing(px);
+    } else if (rc < 0) {
+        if (rc == ONCE_EINVAL)
+            req_problem(px->r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
+        else
+            req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
+    }
+}
+
+/* Prefer: wait — on the waiter thread: has the other attempt settled? */
+static int wait_poll(void *arg)
+{
+    proxy *px = arg;
+    once_action a;
+    int rc = once_get(px->r->srv->store, px->up->name, px->key, &a);
+    int settled = rc != ONCE_OK || a.state != ONCE_STATE_PENDING || a.lease_expires_at <= once_now_ms();
+    if (rc == ONCE_OK)
+        once_action_free(&a);
+    if (settled) {
+        px->wait_deadline = 0; /* one more try, then answer whatever it is */
+        reserve_start(px);
+    }
+    return settled;
+}
+
+static void wait_timeout(void *arg)
+{
+    reply_in_flight(arg);
+}
+
+static int64_t prefer_wait(const char *prefer)
+{
+    if (!prefer)
+        return 0;
+    const char *w = strcasestr(prefer, "wait=");
+    if (!w)
+        return 0;
+    long v = strtol(w + 5, NULL, 10);
+    if (v <= 0)
+        return 0;
+    return (v > 60 ? 60 : v) * 1000;
+}
+
+/* ---- pass-through (no key) ----------------------------------------------- */
+
+static void on_pass_done(out_call *c)
+{
+    proxy *px = c->ctx;
+    req *r = px->r;
+    r->upstream_ms = c->seconds * 1e3;
+    metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
+    switch (c->kind) {
+    case OUT_ANSWERED:
+        req_reply(r, (unsigned)c->status,
+                  resp_from((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
+        break;
+    case OUT_NOT_SENT:
+        req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s", c->error);
+        break;
+    case OUT_TOO_LARGE:
+        req_problem(r, 502, "response_too_large", "Response too large", NULL, "%s", c->error);
+        break;
+    default: req_problem(r, 504, "upstream_failed", "Upstream failed", NULL, "%s", c->error); break;
+    }
+}
+
+/* ---- entry ---------------------------------------------------------------- */
+
+static int target_valid(const char *t)
+{
+    for (const char *p = t; *p; p++) {
+        if (*p == '%') {
+            for (int i = 1; i <= 2; i++) {
+                char c = p[i];
+                if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+                    return 0;
+            }
+        } else if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void proxy_handle(req *r, const upstream_cfg *up, const char *target)
+{
+    if (!target_valid(target)) {
+        req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding in the path");
+        return;
+    }
+    proxy *px = calloc(1, sizeof *px);
+    if (!px) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
+    px->r = r;
+    px->up = up;
+    r->state = px;
+    r->state_free = proxy_free;
+    snprintf(r->scope, sizeof r->scope, "%s", up->name);
+
+    const char *key = req_header(r, "Idempotency-Key");
+    int safe = method_is_safe(r->method);
+    if (key) {
+        if (once_key_validate(key) < 0) {
+            req_problem(r, 400, "invalid_key", "Invalid Idempotency-Key", NULL, "%s", once_errdetail());
+            return;
+        }
+        snprintf(px->key, sizeof px->key, "%s", key);
+        req_note_key(r, up->name, key);
+    } else if (up->key_required && (!safe || up->key_safe_methods)) {
+        req_problem(r, 400, "key_required", "Idempotency-Key required", NULL,
+                    "%s requests to '%s' need an Idempotency-Key derived from the intent", r->method, up->name);
+        return;
+    }
+
+    size_t ulen = strlen(up->url) + strlen(target) + 1;
+    px->url = malloc(ulen);
+    json_t *meta_headers = json_array();
+    collect col = {.px = px, .meta_headers = meta_headers};
+    if (!px->url || !meta_headers) {
+        json_decref(meta_headers);
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
+    snprintf(px->url, ulen, "%s%s", up->url, target);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &col);
+    int failed = col.failed;
+    for (size_t i = 0; !failed && i < up->nheaders; i++) {
+        char **h = realloc(px->headers, (px->nheaders + 1) * sizeof *h);
+        if (!h || !(h[px->nheaders] = strdup(up->headers[i]))) {
+            if (h)
+                px->headers = h;
+            failed = 1;
+            break;
+        }
+        px->headers = h;
+        px->nheaders++;
+    }
+    if (!failed && key && up->forward_key_as)
+        failed = headers_add(px, up->forward_key_as, key) < 0;
+    if (failed) {
+        json_decref(meta_headers);
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
+
+    if (!key) {
+        json_decref(meta_headers);
+        forward(px, on_pass_done);
+        return;
+    }
+    int rc = once_fingerprint(r->method, target, r->body.data, r->body.len, px->fp);
+    if (rc == ONCE_OK)
+        rc = meta_build(px, target, meta_headers) < 0 ? ONCE_ENOMEM : ONCE_OK;
+    json_decref(meta_headers);
+    if (rc < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot describe the request");
+        return;
+    }
+    px->rreq = (once_reserve_req){
+        .scope = up->name,
+        .key = px->key,
+        .fingerprint = px->fp,
+        .lease_ms = up->lease_ms,
+        .retention_ms = up->retention_ms,
+        .request = px->meta.data,
+        .request_len = px->meta.len,
+        .retry_unknown = up->forward_key_as != NULL,
+    };
+    int64_t wait = prefer_wait(req_header(r, "Prefer"));
+    px->wait_deadline = wait ? once_now_ms() + wait : 0;
+    reserve_start(px);
+}

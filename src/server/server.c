@@ -1,0 +1,209 @@
+/*
+ * server.c — `once serve`: wires the store, the outbound client, the HTTP
+ * listeners and the background loop together, and takes them down in the
+ * order that loses nothing on SIGTERM.
+ *
+ * Shutdown: stop accepting; let parked requests finish within the grace
+ * period; then end the upstream calls still running (each is recorded as
+ * released or unknown, never silently dropped) so that every suspended
+ * connection is resumed before its daemon stops.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "server/http.h"
+#include "server/log.h"
+#include "server/server.h"
+
+#define HELD_REASON "lease expired or outcome ambiguous; no provider lookup is configured: resolve with `once resolve`"
+#define SWEEP_EVERY 60 /* loop ticks */
+
+typedef struct loop {
+    server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    pthread_t thread;
+} loop;
+
+/* The background loop: leases that ran out become unknown, unknown actions
+ * are held for a human (no provider lookup exists yet), and old outcomes are
+ * swept after their retention. Each step is one statement under the store's
+ * own locking, so N gateways on one store may run it at once. */
+static void *loop_main(void *arg)
+{
+    loop *l = arg;
+    server *srv = l->srv;
+    unsigned tick = 0;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        pthread_mutex_unlock(&l->mu);
+        size_t expired = 0, held = 0, swept = 0;
+        int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
+        if (rc == ONCE_OK)
+            rc = once_hold_unknown(srv->store, NULL, HELD_REASON, &held);
+        if (rc == ONCE_OK && tick++ % SWEEP_EVERY == 0)
+            rc = once_sweep(srv->store, once_now_ms(), &swept);
+        if (rc < 0)
+            log_event("error", "background loop: %s: %s", once_strerror(rc), once_errdetail());
+        if (expired || held)
+            metrics_lease(srv->metrics, expired, held);
+        if (expired || held || swept)
+            log_event("info", "leases expired: %zu, actions held: %zu, rows swept: %zu", expired, held, swept);
+        pthread_mutex_lock(&l->mu);
+        if (l->stop)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + srv->cfg->loop_interval_ms * 1000000LL;
+        ts.tv_sec += (time_t)(ns / 1000000000LL);
+        ts.tv_nsec = (long)(ns % 1000000000LL);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Waits until no connection is parked or deadline_ms (monotonic) passes. */
+static size_t drain(server *srv, int64_t wait_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = (int64_t)ts.tv_nsec + wait_ms * 1000000LL;
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_mutex_lock(&srv->mu);
+    while (srv->parked > 0) {
+        if (pthread_cond_timedwait(&srv->cv, &srv->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    size_t left = srv->parked;
+    pthread_mutex_unlock(&srv->mu);
+    return left;
+}
+
+int server_run(once_config *cfg)
+{
+    server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.cfg = cfg;
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_cond_init(&srv.cv, NULL);
+
+    /* Every thread started from here on inherits the mask; only sigwait
+     * below sees SIGTERM/SIGINT. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = 1;
+    loop lp = {.srv = &srv};
+    pthread_mutex_init(&lp.mu, NULL);
+    pthread_cond_init(&lp.cv, NULL);
+    int loop_started = 0;
+    http_listener *listeners = NULL;
+
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        log_event("error", "cannot initialise libcurl");
+        goto out;
+    }
+    int rc = once_store_open(cfg->store, &srv.store);
+    if (rc < 0) {
+        log_event("error", "cannot open store '%s': %s: %s", cfg->store, once_strerror(rc), once_errdetail());
+        status = 2;
+        goto out;
+    }
+    if (metrics_init(&srv.metrics) < 0 || outbound_start(&srv.ob) < 0 || waiters_start(&srv, &srv.waiters) < 0 ||
+        worker_start(&srv.worker) < 0) {
+        log_event("error", "cannot start the gateway's threads");
+        goto out;
+    }
+    once_store_set_commit_hook(srv.store, metrics_commit, srv.metrics);
+
+    size_t nl = 1;
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        nl += cfg->upstreams[i].listen != NULL;
+    listeners = calloc(nl, sizeof *listeners);
+    srv.daemons = calloc(nl, sizeof *srv.daemons);
+    if (!listeners || !srv.daemons) {
+        log_event("error", "out of memory");
+        goto out;
+    }
+    char err[256];
+    for (size_t i = 0, j = 0; i < nl; i++) {
+        listeners[i].srv = &srv;
+        const char *addr = cfg->listen;
+        if (i > 0) {
+            while (!cfg->upstreams[j].listen)
+                j++;
+            listeners[i].up = &cfg->upstreams[j];
+            addr = cfg->upstreams[j++].listen;
+        }
+        srv.daemons[i] = http_listen(&listeners[i], addr, cfg->threads, cfg->max_connections, err, sizeof err);
+        if (!srv.daemons[i]) {
+            log_event("error", "%s", err);
+            goto out;
+        }
+        srv.ndaemons++;
+        log_event("info", "listening on %s%s%s", addr, listeners[i].up ? " for upstream " : "",
+                  listeners[i].up ? listeners[i].up->name : "");
+    }
+    if (pthread_create(&lp.thread, NULL, loop_main, &lp) != 0) {
+        log_event("error", "cannot start the background loop");
+        goto out;
+    }
+    loop_started = 1;
+    log_event("info", "once %s serving with store %s, %zu upstream(s)", ONCE_VERSION, cfg->store, cfg->nupstreams);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_event("info", "signal %d: draining (grace %lld ms)", sig, (long long)cfg->grace_ms);
+    status = 0;
+
+out:
+    srv.stopping = 1;
+    for (size_t i = 0; i < srv.ndaemons; i++) {
+        MHD_socket fd = MHD_quiesce_daemon(srv.daemons[i]);
+        if (fd != MHD_INVALID_SOCKET)
+            close(fd);
+    }
+    if (srv.ndaemons)
+        drain(&srv, cfg->grace_ms);
+    waiters_stop(srv.waiters);
+    outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
+    worker_stop(srv.worker);
+    size_t left = srv.ndaemons ? drain(&srv, 30000) : 0;
+    if (left)
+        log_event("error", "%zu requests still parked at exit", left);
+    for (size_t i = 0; i < srv.ndaemons; i++)
+        MHD_stop_daemon(srv.daemons[i]);
+    if (loop_started) {
+        pthread_mutex_lock(&lp.mu);
+        lp.stop = 1;
+        pthread_cond_signal(&lp.cv);
+        pthread_mutex_unlock(&lp.mu);
+        pthread_join(lp.thread, NULL);
+    }
+    once_store_close(srv.store);
+    metrics_free(srv.metrics);
+    free(srv.daemons);
+    free(listeners);
+    curl_global_cleanup();
+    pthread_cond_destroy(&lp.cv);
+    pthread_mutex_destroy(&lp.mu);
+    pthread_cond_destroy(&srv.cv);
+    pthread_mutex_destroy(&srv.mu);
+    if (status == 0)
+        log_event("info", "stopped");
+    return status;
+}

@@ -1,0 +1,130 @@
+/*
+ * server.h — the gateway process: the pieces `once serve` wires together,
+ * and the request context every route works on.
+ *
+ * Ownership of a request (DESIGN.md §5): an HTTP thread parses it and runs
+ * the route; whatever must wait (a group commit, an upstream call) is handed
+ * to the store or outbound thread with the connection parked (suspended);
+ * whoever finishes attaches the response with req_reply, which resumes the
+ * connection so the HTTP thread sends it. No HTTP thread waits for a disk
+ * fsync or an upstream.
+ */
+#ifndef ONCE_SERVER_SERVER_H
+#define ONCE_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "once/once.h"
+#include "server/buf.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/outbound.h"
+
+typedef struct waiters waiters;
+typedef struct worker worker;
+
+typedef struct server {
+    once_config *cfg;
+    once_store *store;
+    outbound *ob;
+    metrics *metrics;
+    waiters *waiters;
+    worker *worker;
+    struct MHD_Daemon **daemons;
+    size_t ndaemons;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t parked;  /* connections suspended, waiting for req_reply */
+    int stopping;
+} server;
+
+typedef struct req req;
+/* Per-route state hung on a request, freed with it. */
+typedef void (*req_state_free)(void *state);
+
+struct req {
+    server *srv;
+    struct MHD_Connection *conn;
+    const upstream_cfg *listen_up; /* a per-upstream listener: every path goes there */
+    char *uri;                     /* raw request target, query included */
+    const char *method;            /* MHD's, valid for the request */
+    buf body;
+    int started;
+    int too_large;
+    int dispatched;
+    double t0;
+
+    pthread_mutex_t mu;
+    int parked;
+    int ready;
+    unsigned status;
+    struct MHD_Response *resp;
+
+    /* for the log line */
+    const char *route;
+    char scope[ONCE_SCOPE_MAX + 1];
+    char key_hash[17];
+    const char *outcome;
+    double upstream_ms;
+
+    void *state;
+    req_state_free state_free;
+};
+
+/* Runs the gateway with cfg until SIGTERM or SIGINT, then drains and
+ * returns the process exit status (0 after a clean stop). */
+int server_run(once_config *cfg);
+
+/* Attaches the answer and, if the request is parked, resumes it. Any
+ * thread; exactly once per request. Takes ownership of resp (NULL means the
+ * response could not be built: a 500 is sent). */
+void req_reply(req *r, unsigned status, struct MHD_Response *resp);
+
+/* Answers with a problem+json body. extra (may be NULL) is merged into it
+ * and consumed. Any thread. */
+void req_problem(req *r, unsigned status, const char *code, const char *title, json_t *extra, const char *fmt,
+                 ...) __attribute__((format(printf, 6, 7)));
+
+/* Answers with a JSON body (consumed). Any thread. */
+void req_json(req *r, unsigned status, json_t *body);
+
+/* Header of the request (case-insensitive), or NULL. HTTP thread only. */
+const char *req_header(req *r, const char *name);
+
+/* Records scope and a hash of the key for the log line (never the key:
+ * keys may hold personal data). */
+void req_note_key(req *r, const char *scope, const char *key);
+
+/* Builds a response from bytes (copied). NULL when out of memory. */
+struct MHD_Response *resp_bytes(const void *data, size_t len, const char *content_type);
+
+/* Routes. Each answers with req_reply/req_problem/req_json, now or later. */
+void proxy_handle(req *r, const upstream_cfg *up, const char *target);
+void actions_handle(req *r, const char *path, const char *query);
+
+/* Percent-decodes n bytes of in into out (cap bytes with the NUL). -1 on a
+ * malformed escape, an encoded NUL, or overflow. */
+int pct_decode(const char *in, size_t n, char *out, size_t cap);
+
+/* Prefer: wait — parked requests waiting for another attempt's outcome. */
+int waiters_start(server *srv, waiters **out);
+/* Answers everything still waiting (409) and stops. */
+void waiters_stop(waiters *w);
+/* Re-checks fn(state) every few tens of ms until it returns nonzero or
+ * deadline (ms since epoch) passes; then on_timeout(state). Both run on the
+ * waiter thread. 0 or -1 (out of memory). */
+typedef int (*waiter_poll)(void *state);
+typedef void (*waiter_timeout)(void *state);
+int waiters_add(waiters *w, void *state, int64_t deadline, waiter_poll poll, waiter_timeout on_timeout);
+
+/* A worker thread for the few blocking calls an HTTP thread must not make
+ * (a human's resolve commits synchronously). */
+int worker_start(worker **out);
+void worker_stop(worker *w);
+int worker_run(worker *w, void (*fn)(void *), void *arg);
+
+#endif

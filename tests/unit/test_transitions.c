@@ -1,0 +1,741 @@
+/*
+ * test_transitions.c — every legal transition of the action state machine
+ * (once.h, DESIGN.md §2), the lease expiry loop and the sweep.
+ */
+#include "helpers.h"
+
+#define S "pay"
+#define DAY_MS (24LL * 3600 * 1000)
+
+/* reserve on a fresh key: RESERVED, attempt 1, a hex token, the lease, and
+ * a PENDING row holding everything the request carried. */
+static void test_reserve_fresh(void **state)
+{
+    th_env *e = *state;
+    static const uint8_t meta[] = {'m', 0, 'e', 0xfe, 't', 'a'};
+    char fp[65];
+    assert_int_equal(once_fingerprint("POST", "/v1/charges", (const uint8_t *)"{}", 2, fp), 0);
+
+    once_reserve_req req = th_req(S, "k1", 30000);
+    req.fingerprint = fp;
+    req.request = meta;
+    req.request_len = sizeof meta;
+    int64_t t0 = once_now_ms();
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    int64_t t1 = once_now_ms();
+    assert_int_equal(r.attempt, 1);
+    assert_true(th_is_hex_token(r.token));
+    assert_in_range(r.lease_expires_at, t0 + 30000, t1 + 30000);
+    char tok[ONCE_TOKEN_LEN + 1];
+    memcpy(tok, r.token, sizeof tok);
+    int64_t lease = r.lease_expires_at;
+    once_reservation_free(&r);
+    /* freeing twice is harmless and leaves it zeroed */
+    once_reservation_free(&r);
+    assert_int_equal(r.token[0], 0);
+
+    once_action a;
+    th_get(e->st, S, "k1", &a);
+    assert_string_equal(a.scope, S);
+    assert_string_equal(a.key, "k1");
+    assert_int_equal(a.state, ONCE_STATE_PENDING);
+    assert_int_equal(a.attempt, 1);
+    assert_in_range(a.created_at, t0, t1);
+    assert_in_range(a.updated_at, t0, t1);
+    assert_int_equal(a.lease_expires_at, lease);
+    assert_int_equal(a.expires_at, 0);
+    assert_int_equal(a.retention_ms, DAY_MS); /* 0 = 24 h */
+    assert_non_null(a.fingerprint);
+    assert_string_equal(a.fingerprint, fp);
+    assert_int_equal(a.request_len, sizeof meta);
+    assert_memory_equal(a.request, meta, sizeof meta);
+    assert_int_equal(a.has_response, 0);
+    once_action_free(&a);
+    once_action_free(&a); /* second call harmless */
+    assert_null(a.scope);
+    assert_null(a.key);
+
+    /* the token is the row's: it completes it */
+    th_assert_rc(once_complete(e->st, S, "k1", tok, NULL, NULL), 0);
+}
+
+/* PENDING -> COMPLETED, stored response byte-identical, NUL-terminated. */
+static void test_complete(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    once_reserve_req req = th_req(S, "k", 60000);
+    req.retention_ms = 3600000;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    memcpy(tok, r.token, sizeof tok);
+    once_reservation_free(&r);
+
+    once_response resp = th_resp();
+    int64_t t0 = once_now_ms();
+    th_assert_rc(once_complete(e->st, S, "k", tok, &resp, "ch_123"), 0);
+    int64_t t1 = once_now_ms();
+
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+    assert_int_equal(a.attempt, 1);
+    assert_int_equal(a.has_response, 1);
+    th_assert_response_eq(&a.response, &resp);
+    assert_non_null(a.response.body);
+    assert_int_equal(a.response.body[a.response.body_len], 0);   /* NUL-terminated */
+    assert_non_null(a.response.headers);
+    assert_int_equal(a.response.headers[a.response.headers_len], 0);
+    assert_string_equal(a.provider_id, "ch_123");
+    assert_int_equal(a.retention_ms, 3600000);
+    assert_in_range(a.updated_at, t0, t1);
+    assert_in_range(a.expires_at, t0 + 3600000, t1 + 3600000);
+    once_action_free(&a);
+}
+
+/* complete with a NULL response and NULL provider id is fine. */
+static void test_complete_null_response(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    th_reserve_new(e->st, S, "k", tok, 1);
+    th_assert_rc(once_complete(e->st, S, "k", tok, NULL, NULL), 0);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+    assert_null(a.provider_id);
+    once_action_free(&a);
+
+    once_reserve_req req = th_req(S, "k", 60000);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    assert_int_equal(r.action.state, ONCE_STATE_COMPLETED);
+    once_reservation_free(&r);
+}
+
+/* A completed row is replayed by reserve: the exact stored record, and
+ * fingerprint_mismatch says whether the request differs. */
+static void test_replay_completed(void **state)
+{
+    th_env *e = *state;
+    char fp1[65], fp2[65];
+    assert_int_equal(once_fingerprint("POST", "/p", (const uint8_t *)"a", 1, fp1), 0);
+    assert_int_equal(once_fingerprint("POST", "/p", (const uint8_t *)"b", 1, fp2), 0);
+
+    once_reserve_req req = th_req(S, "k", 60000);
+    req.fingerprint = fp1;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    char tok[33];
+    memcpy(tok, r.token, sizeof tok);
+    once_reservation_free(&r);
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "k", tok, &resp, "prov-1"), 0);
+
+    once_action stored;
+    th_get(e->st, S, "k", &stored);
+
+    /* same fingerprint */
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    assert_int_equal(r.fingerprint_mismatch, 0);
+    assert_int_equal(r.attempt, 1);
+    assert_int_not_equal(strcmp(r.token, tok), 0);
+    th_assert_action_eq(&r.action, &stored);
+    assert_int_equal(r.action.has_response, 1);
+    th_assert_response_eq(&r.action.response, &resp);
+    assert_int_equal(r.action.response.body[r.action.response.body_len], 0);
+    once_reservation_free(&r);
+
+    /* different fingerprint: still the first response, flagged */
+    req.fingerprint = fp2;
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    assert_int_equal(r.fingerprint_mismatch, 1);
+    th_assert_action_eq(&r.action, &stored);
+    th_assert_response_eq(&r.action.response, &resp);
+    assert_string_equal(r.action.fingerprint, fp1);
+    once_reservation_free(&r);
+
+    /* the replays changed nothing */
+    once_action after;
+    th_get(e->st, S, "k", &after);
+    th_assert_action_eq(&after, &stored);
+    once_action_free(&after);
+    once_action_free(&stored);
+}
+
+/* PENDING -> RELEASED -> reserve again: attempt 2, a new token. */
+static void test_release_then_reserve(void **state)
+{
+    th_env *e = *state;
+    char tok1[33], tok2[33];
+    th_reserve_new(e->st, S, "k", tok1, 1);
+    int64_t t0 = once_now_ms();
+    th_assert_rc(once_release(e->st, S, "k", tok1, "connect refused"), 0);
+    int64_t t1 = once_now_ms();
+
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_RELEASED);
+    assert_int_equal(a.attempt, 1);
+    assert_string_equal(a.error, "connect refused");
+    assert_in_range(a.expires_at, t0 + DAY_MS, t1 + DAY_MS);
+    int64_t created = a.created_at;
+    once_action_free(&a);
+
+    th_reserve_new(e->st, S, "k", tok2, 2);
+    assert_int_not_equal(strcmp(tok1, tok2), 0);
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_PENDING);
+    assert_int_equal(a.attempt, 2);
+    assert_int_equal(a.created_at, created);
+    assert_int_equal(a.expires_at, 0);
+    once_action_free(&a);
+
+    /* and the new attempt can finish */
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "k", tok2, &resp, NULL), 0);
+    assert_int_equal(th_state(e->st, S, "k"), ONCE_STATE_COMPLETED);
+
+    /* release with a NULL error is accepted */
+    char tok3[33];
+    th_reserve_new(e->st, S, "k2", tok3, 1);
+    th_assert_rc(once_release(e->st, S, "k2", tok3, NULL), 0);
+    assert_int_equal(th_state(e->st, S, "k2"), ONCE_STATE_RELEASED);
+}
+
+/* PENDING -> UNKNOWN via mark_unknown; reserve then answers UNKNOWN. */
+static void test_mark_unknown(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    th_reserve_new(e->st, S, "k", tok, 1);
+    th_assert_rc(once_mark_unknown(e->st, S, "k", tok, "timeout after send"), 0);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_UNKNOWN);
+    assert_int_equal(a.attempt, 1);
+    assert_string_equal(a.error, "timeout after send");
+    assert_int_equal(a.expires_at, 0);
+
+    once_reserve_req req = th_req(S, "k", 60000);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_UNKNOWN, &r);
+    assert_int_equal(r.attempt, 1);
+    assert_int_not_equal(strcmp(r.token, tok), 0);
+    th_assert_action_eq(&r.action, &a);
+    once_reservation_free(&r);
+
+    /* reserve did not change the row */
+    once_action b;
+    th_get(e->st, S, "k", &b);
+    th_assert_action_eq(&b, &a);
+    once_action_free(&b);
+    once_action_free(&a);
+}
+
+/* expire_leases moves only PENDING rows whose lease ended at or before now. */
+static void test_expire_leases(void **state)
+{
+    th_env *e = *state;
+    char t1[33], t2[33], t3[33];
+    once_reserve_req req = th_req(S, "short", 10000);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    memcpy(t1, r.token, sizeof t1);
+    int64_t lease = r.lease_expires_at;
+    once_reservation_free(&r);
+
+    req = th_req(S, "long", 3600000);
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    memcpy(t2, r.token, sizeof t2);
+    once_reservation_free(&r);
+
+    th_reserve_new(e->st, S, "done", t3, 1);
+    th_assert_rc(once_complete(e->st, S, "done", t3, NULL, NULL), 0);
+
+    size_t n = 99;
+    th_assert_rc(once_expire_leases(e->st, lease - 1, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(th_state(e->st, S, "short"), ONCE_STATE_PENDING);
+
+    once_action done_before;
+    th_get(e->st, S, "done", &done_before);
+
+    n = 99;
+    th_assert_rc(once_expire_leases(e->st, lease, &n), 0); /* "at or before now" */
+    assert_int_equal(n, 1);
+    once_action a;
+    th_get(e->st, S, "short", &a);
+    assert_int_equal(a.state, ONCE_STATE_UNKNOWN);
+    assert_int_equal(a.attempt, 1);
+    assert_non_null(a.error); /* "lease expired" */
+    assert_true(strlen(a.error) > 0);
+    once_action_free(&a);
+    assert_int_equal(th_state(e->st, S, "long"), ONCE_STATE_PENDING);
+
+    once_action done_after;
+    th_get(e->st, S, "done", &done_after);
+    th_assert_action_eq(&done_after, &done_before);
+    once_action_free(&done_before);
+    once_action_free(&done_after);
+
+    /* nothing left to move; a NULL count is fine */
+    n = 99;
+    th_assert_rc(once_expire_leases(e->st, lease, &n), 0);
+    assert_int_equal(n, 0);
+    th_assert_rc(once_expire_leases(e->st, lease + 3600000 + 10000, NULL), 0);
+    assert_int_equal(th_state(e->st, S, "long"), ONCE_STATE_UNKNOWN);
+
+    /* the expired attempt's token still completes late */
+    th_assert_rc(once_complete(e->st, S, "short", t1, NULL, "late"), 0);
+    assert_int_equal(th_state(e->st, S, "short"), ONCE_STATE_COMPLETED);
+    (void)t2;
+}
+
+/* UNKNOWN -> HELD; reserve answers HELD with the reason in action.error. */
+static void test_hold(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    th_reserve_new(e->st, S, "k", tok, 1);
+    th_assert_rc(once_mark_unknown(e->st, S, "k", tok, "reset"), 0);
+    th_assert_rc(once_hold(e->st, S, "k", "no lookup configured"), 0);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_HELD);
+    assert_int_equal(a.attempt, 1);
+    assert_string_equal(a.error, "no lookup configured");
+    assert_int_equal(a.expires_at, 0);
+
+    once_reserve_req req = th_req(S, "k", 60000);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_HELD, &r);
+    th_assert_action_eq(&r.action, &a);
+    assert_int_not_equal(strcmp(r.token, tok), 0);
+    once_reservation_free(&r);
+    once_action_free(&a);
+
+    /* hold with a NULL reason */
+    th_reserve_new(e->st, S, "k2", tok, 1);
+    th_assert_rc(once_mark_unknown(e->st, S, "k2", tok, NULL), 0);
+    th_assert_rc(once_hold(e->st, S, "k2", NULL), 0);
+    assert_int_equal(th_state(e->st, S, "k2"), ONCE_STATE_HELD);
+}
+
+static void make_unknown(th_env *e, const char *key, char *tok)
+{
+    th_reserve_new(e->st, S, key, tok, 1);
+    th_assert_rc(once_mark_unknown(e->st, S, key, tok, "ambiguous"), 0);
+}
+
+static void make_held(th_env *e, const char *key, char *tok)
+{
+    make_unknown(e, key, tok);
+    th_assert_rc(once_hold(e->st, S, key, "human"), 0);
+}
+
+/* resolve UNKNOWN/HELD -> COMPLETED (provider id + note, no response). */
+static void test_resolve_completed(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    const char *keys[2] = {"u", "h"};
+    make_unknown(e, "u", tok);
+    make_held(e, "h", tok);
+    for (int i = 0; i < 2; i++) {
+        int64_t t0 = once_now_ms();
+        th_assert_rc(once_resolve(e->st, S, keys[i], ONCE_OUTCOME_COMPLETED, "ch_9", "found in dashboard"), 0);
+        int64_t t1 = once_now_ms();
+        once_action a;
+        th_get(e->st, S, keys[i], &a);
+        assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+        assert_int_equal(a.attempt, 1);
+        assert_int_equal(a.has_response, 0);
+        assert_string_equal(a.provider_id, "ch_9");
+        assert_string_equal(a.note, "found in dashboard");
+        assert_in_range(a.expires_at, t0 + DAY_MS, t1 + DAY_MS);
+
+        once_reserve_req req = th_req(S, keys[i], 60000);
+        once_reservation r;
+        th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+        th_assert_action_eq(&r.action, &a);
+        once_reservation_free(&r);
+        once_action_free(&a);
+    }
+}
+
+/* resolve UNKNOWN/HELD -> RELEASED; the key is free again (attempt 2). */
+static void test_resolve_released(void **state)
+{
+    th_env *e = *state;
+    char tok[33], tok2[33];
+    const char *keys[2] = {"u", "h"};
+    make_unknown(e, "u", tok);
+    make_held(e, "h", tok);
+    for (int i = 0; i < 2; i++) {
+        th_assert_rc(once_resolve(e->st, S, keys[i], ONCE_OUTCOME_RELEASED, NULL, "not in dashboard"), 0);
+        once_action a;
+        th_get(e->st, S, keys[i], &a);
+        assert_int_equal(a.state, ONCE_STATE_RELEASED);
+        assert_int_equal(a.attempt, 1);
+        assert_string_equal(a.note, "not in dashboard");
+        assert_true(a.expires_at > 0);
+        once_action_free(&a);
+        th_reserve_new(e->st, S, keys[i], tok2, 2);
+    }
+}
+
+/* Late completion: complete with the current token on UNKNOWN and on HELD
+ * is accepted, stores the response and notes it. */
+static void test_late_completion(void **state)
+{
+    th_env *e = *state;
+    char tu[33], th[33];
+    make_unknown(e, "u", tu);
+    make_held(e, "h", th);
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "u", tu, &resp, "p-u"), 0);
+    th_assert_rc(once_complete(e->st, S, "h", th, &resp, "p-h"), 0);
+    const char *keys[2] = {"u", "h"};
+    const char *pids[2] = {"p-u", "p-h"};
+    for (int i = 0; i < 2; i++) {
+        once_action a;
+        th_get(e->st, S, keys[i], &a);
+        assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+        assert_int_equal(a.attempt, 1);
+        assert_int_equal(a.has_response, 1);
+        th_assert_response_eq(&a.response, &resp);
+        assert_string_equal(a.provider_id, pids[i]);
+        assert_non_null(a.note); /* "noted as a late completion" */
+        assert_true(strlen(a.note) > 0);
+        assert_true(a.expires_at > 0);
+
+        once_reserve_req req = th_req(S, keys[i], 60000);
+        once_reservation r;
+        th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+        th_assert_response_eq(&r.action.response, &resp);
+        once_reservation_free(&r);
+        once_action_free(&a);
+    }
+}
+
+/* reserve on a live PENDING row: IN_FLIGHT with the lease deadline, and no
+ * token for the caller. */
+static void test_in_flight(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "k", 60000);
+    once_reservation r1, r2;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r1);
+    req.lease_ms = 5000; /* a different lease does not matter */
+    th_reserve_expect(e->st, &req, ONCE_IN_FLIGHT, &r2);
+    assert_int_equal(r2.attempt, 1);
+    assert_int_equal(r2.lease_expires_at, r1.lease_expires_at);
+    assert_true(r2.lease_expires_at > once_now_ms());
+    assert_int_not_equal(strcmp(r2.token, r1.token), 0);
+    assert_int_equal(r2.action.state, ONCE_STATE_PENDING);
+    assert_int_equal(r2.action.lease_expires_at, r1.lease_expires_at);
+    assert_string_equal(r2.action.key, "k");
+    /* the holder is still the holder */
+    th_assert_rc(once_complete(e->st, S, "k", r1.token, NULL, NULL), 0);
+    once_reservation_free(&r1);
+    once_reservation_free(&r2);
+}
+
+/* A PENDING row past its lease is answered UNKNOWN by reserve, and stays
+ * UNKNOWN; it is never handed out again. */
+static void test_reserve_sees_expired_lease(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "k", 1);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    char tok[33];
+    memcpy(tok, r.token, sizeof tok);
+    int64_t lease = r.lease_expires_at;
+    once_reservation_free(&r);
+    while (once_now_ms() <= lease + 2)
+        th_sleep_ms(5);
+
+    req.lease_ms = 60000;
+    th_reserve_expect(e->st, &req, ONCE_UNKNOWN, &r);
+    assert_int_equal(r.attempt, 1);
+    assert_int_equal(r.action.state, ONCE_STATE_UNKNOWN);
+    assert_int_not_equal(strcmp(r.token, tok), 0);
+    once_reservation_free(&r);
+    assert_int_equal(th_state(e->st, S, "k"), ONCE_STATE_UNKNOWN);
+
+    th_reserve_expect(e->st, &req, ONCE_UNKNOWN, &r);
+    once_reservation_free(&r);
+
+    /* the truth arrives late */
+    th_assert_rc(once_complete(e->st, S, "k", tok, NULL, "p"), 0);
+    assert_int_equal(th_state(e->st, S, "k"), ONCE_STATE_COMPLETED);
+}
+
+/* A COMPLETED row past its retention is reserved again with attempt + 1;
+ * one within retention is replayed. */
+static void test_completed_past_retention(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "k", 60000);
+    req.retention_ms = 20;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    char tok[33];
+    memcpy(tok, r.token, sizeof tok);
+    once_reservation_free(&r);
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "k", tok, &resp, "old-pid"), 0);
+
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.retention_ms, 20);
+    assert_int_equal(a.has_response, 1);
+    int64_t exp = a.expires_at;
+    assert_true(exp > 0);
+    once_action_free(&a);
+    while (once_now_ms() <= exp + 2)
+        th_sleep_ms(5);
+
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    assert_int_equal(r.attempt, 2);
+    assert_int_not_equal(strcmp(r.token, tok), 0);
+    once_reservation_free(&r);
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_PENDING);
+    assert_int_equal(a.attempt, 2);
+    assert_int_equal(a.has_response, 0);
+    once_action_free(&a);
+
+    /* within retention: replayed */
+    req = th_req(S, "k2", 60000);
+    req.retention_ms = 3600000;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    memcpy(tok, r.token, sizeof tok);
+    once_reservation_free(&r);
+    th_assert_rc(once_complete(e->st, S, "k2", tok, NULL, NULL), 0);
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    once_reservation_free(&r);
+}
+
+/* The sweep deletes only COMPLETED and RELEASED rows past retention. */
+static void test_sweep(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    /* completed, released (two scopes) */
+    th_reserve_new(e->st, S, "c1", tok, 1);
+    th_assert_rc(once_complete(e->st, S, "c1", tok, NULL, NULL), 0);
+    th_reserve_new(e->st, "other", "c2", tok, 1);
+    th_assert_rc(once_complete(e->st, "other", "c2", tok, NULL, NULL), 0);
+    th_reserve_new(e->st, S, "r1", tok, 1);
+    th_assert_rc(once_release(e->st, S, "r1", tok, NULL), 0);
+    /* resolved ones count too */
+    make_unknown(e, "ru", tok);
+    th_assert_rc(once_resolve(e->st, S, "ru", ONCE_OUTCOME_RELEASED, NULL, NULL), 0);
+    /* the ones that must survive */
+    th_reserve_new(e->st, S, "p1", tok, 1);
+    once_reserve_req req = th_req(S, "p-expired", 1);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    once_reservation_free(&r);
+    make_unknown(e, "u1", tok);
+    make_held(e, "h1", tok);
+
+    size_t n = 99;
+    /* nothing is past its 24 h retention yet */
+    th_assert_rc(once_sweep(e->st, once_now_ms(), &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(th_state(e->st, S, "c1"), ONCE_STATE_COMPLETED);
+
+    int64_t far = once_now_ms() + 10LL * 365 * DAY_MS;
+    n = 99;
+    th_assert_rc(once_sweep(e->st, far, &n), 0);
+    assert_int_equal(n, 4);
+
+    once_action a;
+    const char *gone[] = {"c1", "r1", "ru"};
+    for (size_t i = 0; i < 3; i++)
+        th_assert_rc(once_get(e->st, S, gone[i], &a), ONCE_ENOTFOUND);
+    th_assert_rc(once_get(e->st, "other", "c2", &a), ONCE_ENOTFOUND);
+    assert_int_equal(th_state(e->st, S, "p1"), ONCE_STATE_PENDING);
+    assert_int_equal(th_state(e->st, S, "p-expired"), ONCE_STATE_PENDING);
+    assert_int_equal(th_state(e->st, S, "u1"), ONCE_STATE_UNKNOWN);
+    assert_int_equal(th_state(e->st, S, "h1"), ONCE_STATE_HELD);
+
+    once_list_req lr = {0};
+    once_action_list l;
+    memset(&l, 0, sizeof l);
+    th_assert_rc(once_list(e->st, &lr, &l), 0);
+    assert_int_equal(l.count, 4);
+    once_action_list_free(&l);
+
+    /* a second sweep finds nothing; a NULL count is fine */
+    n = 99;
+    th_assert_rc(once_sweep(e->st, far, &n), 0);
+    assert_int_equal(n, 0);
+    th_assert_rc(once_sweep(e->st, far, NULL), 0);
+
+    /* a swept key is a fresh action again */
+    th_reserve_new(e->st, S, "c1", tok, 1);
+}
+
+/* The sweep honours each row's own retention, "at or before now". */
+static void test_sweep_boundary(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "a", 60000);
+    req.retention_ms = 1000;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    th_assert_rc(once_complete(e->st, S, "a", r.token, NULL, NULL), 0);
+    once_reservation_free(&r);
+    req = th_req(S, "b", 60000);
+    req.retention_ms = 3600000;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    th_assert_rc(once_complete(e->st, S, "b", r.token, NULL, NULL), 0);
+    once_reservation_free(&r);
+
+    once_action a;
+    th_get(e->st, S, "a", &a);
+    int64_t exp = a.expires_at;
+    once_action_free(&a);
+
+    size_t n = 99;
+    th_assert_rc(once_sweep(e->st, exp - 1, &n), 0);
+    assert_int_equal(n, 0);
+    n = 99;
+    th_assert_rc(once_sweep(e->st, exp, &n), 0);
+    assert_int_equal(n, 1);
+    th_assert_rc(once_get(e->st, S, "a", &a), ONCE_ENOTFOUND);
+    assert_int_equal(th_state(e->st, S, "b"), ONCE_STATE_COMPLETED);
+}
+
+/* The same key in two scopes is two actions. */
+static void test_scope_isolation(void **state)
+{
+    th_env *e = *state;
+    char t1[33], t2[33];
+    th_reserve_new(e->st, "alpha", "same", t1, 1);
+    th_reserve_new(e->st, "beta", "same", t2, 1);
+    assert_int_not_equal(strcmp(t1, t2), 0);
+    th_assert_rc(once_complete(e->st, "alpha", "same", t2, NULL, NULL), ONCE_ESTALE);
+    th_assert_rc(once_complete(e->st, "alpha", "same", t1, NULL, NULL), 0);
+    assert_int_equal(th_state(e->st, "beta", "same"), ONCE_STATE_PENDING);
+}
+
+/* The maximum key and scope lengths and every printable byte work. */
+static void test_edge_keys_roundtrip(void **state)
+{
+    th_env *e = *state;
+    char key[ONCE_KEY_MAX + 1], scope[ONCE_SCOPE_MAX + 1];
+    memset(key, 'k', ONCE_KEY_MAX);
+    key[ONCE_KEY_MAX] = 0;
+    memset(scope, 's', ONCE_SCOPE_MAX);
+    scope[ONCE_SCOPE_MAX] = 0;
+    char tok[33];
+    th_reserve_new(e->st, scope, key, tok, 1);
+    once_action a;
+    th_get(e->st, scope, key, &a);
+    assert_string_equal(a.key, key);
+    assert_string_equal(a.scope, scope);
+    once_action_free(&a);
+
+    char all[96];
+    for (int i = 0; i < 95; i++)
+        all[i] = (char)(0x20 + i);
+    all[95] = 0;
+    th_reserve_new(e->st, "Az09._-", all, tok, 1);
+    th_get(e->st, "Az09._-", all, &a);
+    assert_string_equal(a.key, all);
+    once_action_free(&a);
+    /* keys are case-sensitive, exact bytes */
+    th_reserve_new(e->st, S, "Key", tok, 1);
+    th_reserve_new(e->st, S, "key", tok, 1);
+    th_reserve_new(e->st, S, "key ", tok, 1);
+}
+
+/* complete on a PENDING row whose lease passed but that nobody has moved
+ * yet: still PENDING, so the current token completes it. */
+static void test_complete_after_lease_passed(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "k", 1);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    int64_t lease = r.lease_expires_at;
+    while (once_now_ms() <= lease + 2)
+        th_sleep_ms(5);
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "k", r.token, &resp, "p"), 0);
+    once_reservation_free(&r);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+    th_assert_response_eq(&a.response, &resp);
+    once_action_free(&a);
+}
+
+/* An empty response (status only) and a large binary request round-trip. */
+static void test_empty_response_and_big_request(void **state)
+{
+    th_env *e = *state;
+    size_t n = 1u << 20;
+    uint8_t *meta = malloc(n);
+    assert_non_null(meta);
+    for (size_t i = 0; i < n; i++)
+        meta[i] = (uint8_t)(i ^ (i >> 8));
+    once_reserve_req req = th_req(S, "k", 60000);
+    req.request = meta;
+    req.request_len = n;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    once_response resp = {.status = 204};
+    th_assert_rc(once_complete(e->st, S, "k", r.token, &resp, NULL), 0);
+    once_reservation_free(&r);
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    assert_int_equal(r.action.has_response, 1);
+    assert_int_equal(r.action.response.status, 204);
+    assert_int_equal(r.action.response.body_len, 0);
+    assert_int_equal(r.action.response.headers_len, 0);
+    assert_int_equal(r.action.request_len, n);
+    assert_memory_equal(r.action.request, meta, n);
+    once_reservation_free(&r);
+    free(meta);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
+#define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_reserve_fresh),
+        T(test_complete),
+        T(test_complete_null_response),
+        T(test_replay_completed),
+        M(test_replay_completed),
+        T(test_release_then_reserve),
+        T(test_mark_unknown),
+        T(test_expire_leases),
+        M(test_expire_leases),
+        T(test_hold),
+        T(test_resolve_completed),
+        T(test_resolve_released),
+        T(test_late_completion),
+        M(test_late_completion),
+        T(test_in_flight),
+        T(test_reserve_sees_expired_lease),
+        T(test_completed_past_retention),
+        T(test_sweep),
+        M(test_sweep),
+        T(test_sweep_boundary),
+        T(test_scope_isolation),
+        T(test_edge_keys_roundtrip),
+        T(test_complete_after_lease_passed),
+        T(test_empty_response_and_big_request),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
