@@ -22,7 +22,7 @@
 #include "server/log.h"
 #include "server/server.h"
 
-#define HELD_REASON "lease expired or outcome ambiguous; no provider lookup is configured: resolve with `once resolve`"
+#define HELD_REASON "held: no provider lookup is configured; resolve with `once resolve`"
 #define SWEEP_EVERY 60 /* loop ticks */
 
 typedef struct loop {

@@ -53,8 +53,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
                     "updated_at = ?8, expires_at = ?8 + retention_ms WHERE id = ?1",
-    [ST_SET_STATE] = "UPDATE actions SET state = ?2, error = COALESCE(?3, error), updated_at = ?4, "
-                     "expires_at = ?5 WHERE id = ?1",
+    /* A hold keeps the error that made the action unknown after its reason. */
+    [ST_SET_STATE] = "UPDATE actions SET state = ?2, error = CASE WHEN ?3 IS NULL THEN error "
+                     "WHEN error IS NULL OR ?2 <> 'held' THEN ?3 ELSE ?3 || ' (after: ' || error || ')' END, "
+                     "updated_at = ?4, expires_at = ?5 WHERE id = ?1",
     [ST_RESOLVE] = "UPDATE actions SET state = ?2, provider_id = ?3, note = ?4, has_response = 0, "
                    "resp_status = NULL, resp_headers = NULL, resp_body = NULL, updated_at = ?5, "
                    "expires_at = ?5 + retention_ms WHERE id = ?1",
@@ -62,7 +64,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                   "WHERE state = 'pending' AND lease_expires_at <= ?1",
     [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
                  "AND expires_at <= ?1",
-    [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = COALESCE(?2, error), updated_at = ?1 "
+    [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = CASE WHEN ?2 IS NULL THEN error "
+                    "WHEN error IS NULL THEN ?2 ELSE ?2 || ' (after: ' || error || ')' END, updated_at = ?1 "
                     "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3)",
     [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
                 "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
