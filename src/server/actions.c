@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "json/action_json.h"
+#include "server/pct.h"
 #include "server/server.h"
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"

@@ -22,6 +22,7 @@
 #include "ledger/internal.h"
 #include "server/http.h"
 #include "server/log.h"
+#include "server/pct.h"
 #include "server/server.h"
 
 static double mono_ms(void)
@@ -112,43 +113,6 @@ void req_note_key(req *r, const char *scope, const char *key)
     char fp[65];
     if (key && once_fingerprint("key", scope ? scope : "", (const uint8_t *)key, strlen(key), fp) == ONCE_OK)
         snprintf(r->key_hash, sizeof r->key_hash, "%.16s", fp);
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int pct_decode(const char *in, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)in[i];
-        if (c == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int hi = hexval(in[i + 1]), lo = hexval(in[i + 2]);
-            if (hi < 0 || lo < 0)
-                return -1;
-            c = (unsigned char)(hi * 16 + lo);
-            if (c == 0)
-                return -1;
-            i += 2;
-        }
-        if (o + 1 >= cap)
-            return -1;
-        out[o++] = (char)c;
-    }
-    if (o >= cap)
-        return -1;
-    out[o] = '\0';
-    return 0;
 }
 
 /* ---- auth ---------------------------------------------------------------- */

@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "server/log.h"
+#include "server/pct.h"
 #include "server/server.h"
 
 typedef enum px_kind {
@@ -523,25 +524,9 @@ static void on_pass_done(out_call *c)
 
 /* ---- entry ---------------------------------------------------------------- */
 
-static int target_valid(const char *t)
-{
-    for (const char *p = t; *p; p++) {
-        if (*p == '%') {
-            for (int i = 1; i <= 2; i++) {
-                char c = p[i];
-                if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-                    return 0;
-            }
-        } else if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 void proxy_handle(req *r, const upstream_cfg *up, const char *target)
 {
-    if (!target_valid(target)) {
+    if (!pct_valid(target)) {
         req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding in the path");
         return;
     }

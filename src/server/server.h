@@ -106,9 +106,6 @@ struct MHD_Response *resp_bytes(const void *data, size_t len, const char *conten
 void proxy_handle(req *r, const upstream_cfg *up, const char *target);
 void actions_handle(req *r, const char *path, const char *query);
 
-/* Percent-decodes n bytes of in into out (cap bytes with the NUL). -1 on a
- * malformed escape, an encoded NUL, or overflow. */
-int pct_decode(const char *in, size_t n, char *out, size_t cap);
 
 /* Prefer: wait — parked requests waiting for another attempt's outcome. */
 int waiters_start(server *srv, waiters **out);
