@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run test unit integration fuzz bench valgrind clean
+.PHONY: all deps build build-asan run demo-ledger test unit integration fuzz bench valgrind clean
 
 all: build
 
@@ -22,8 +22,12 @@ build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DONCE_SANITIZE=ON -DONCE_WERROR=ON >/dev/null
 	@ninja -C $(ASAN_BUILD) -j $(JOBS)
 
-# Until the gateway lands: a tour of the ledger through libonce and the CLI.
+# The gateway on SQLite with examples/once.ini, in front of a fake provider.
 run: build
+	@bash scripts/run $(BUILD)
+
+# A tour of the ledger through libonce and the CLI, without HTTP.
+demo-ledger: build
 	@bash scripts/demo-ledger $(BUILD)
 
 test: build-asan
