@@ -1374,12 +1374,6 @@ static int config_finish(config_ctx *c)
                                 ? INT64_MAX
                                 : u->timeout_ms + CONFIG_LEASE_MARGIN_MS;
             u->lease_ms = cfg->lease_ms > floor ? cfg->lease_ms : floor;
-        } else if (u->lease_ms <= u->timeout_ms) {
-            return config_fail_at(c, u->line,
-                                  "[upstream.%s]: lease (%lld ms) must be longer than timeout "
-                                  "(%lld ms), or a reservation could expire while its request is "
-                                  "in flight",
-                                  u->name, (long long)u->lease_ms, (long long)u->timeout_ms);
         }
         if ((c->up_seen[i] & bit_release) == 0) {
             u->release_on = malloc(sizeof def_release);

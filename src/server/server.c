@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -89,6 +90,19 @@ static size_t drain(server *srv, int64_t wait_ms)
     return left;
 }
 
+/* Each request in flight holds a client socket and an upstream socket, and
+ * suspended connections count against the limit: the default soft limit of
+ * 1024 descriptors would cap the gateway near 500 slow calls. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_event("warn", "cannot raise the open-file limit: %s", strerror(errno));
+    }
+}
+
 int server_run(once_config *cfg)
 {
     server srv;
@@ -105,6 +119,7 @@ int server_run(once_config *cfg)
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
 
     int status = 1;
     loop lp = {.srv = &srv};
