@@ -289,6 +289,115 @@ int once_sweep(once_store *store, int64_t now, size_t *count);
  * to HELD with reason. *count (may be NULL) gets how many moved. */
 int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
 
+/* Callback of the asynchronous calls (see "asynchronous variants"). */
+typedef void (*once_cb)(void *ctx, int rc, const char *detail);
+
+/* ---- webhook events ---------------------------------------------------- */
+
+/* An inbound webhook event, deduplicated by (source, event_id) under a unique
+ * constraint, then handed to the agent at least once: pushed by the gateway
+ * or pulled through claims. A claim (attempt + 1) gets a receipt; only the
+ * current receipt may ack or retry it, so a slow consumer cannot settle an
+ * event that was claimed again after its lease. */
+
+#define ONCE_EVENT_ID_MAX 255   /* bytes of printable ASCII */
+#define ONCE_RECEIPT_MAX 64     /* bytes of a receipt, with NUL */
+
+typedef enum once_event_state {
+    ONCE_EVENT_PENDING = 1,   /* waiting for (re)delivery or claimed now */
+    ONCE_EVENT_DELIVERED = 2, /* acknowledged by the agent */
+    ONCE_EVENT_DEAD = 3       /* gave up after max attempts (redeliver revives it) */
+} once_event_state;
+
+const char *once_event_state_name(once_event_state s);
+int once_event_state_parse(const char *name, once_event_state *out);
+
+typedef struct once_event {
+    char *source;
+    char *event_id;
+    once_event_state state;
+    int64_t attempt;          /* claims so far; the current one's number while claimed */
+    int64_t received_at;
+    int64_t updated_at;
+    int64_t next_at;          /* not claimed before this (backoff, nack delay) */
+    int64_t claim_until;      /* the current claim's lease; 0 when unclaimed */
+    int64_t delivered_at;
+    int64_t expires_at;       /* delivered/dead rows are swept after this */
+    char receipt[ONCE_RECEIPT_MAX]; /* once_event_claim only: the claim's receipt */
+    char *content_type;       /* may be NULL */
+    char *headers;            /* opaque blob (the server: JSON [[name, value], …]); may be NULL */
+    size_t headers_len;
+    uint8_t *body;            /* NUL-terminated for convenience; may be NULL */
+    size_t body_len;
+    char *error;              /* last delivery error; may be NULL */
+} once_event;
+
+void once_event_free(once_event *e);
+
+typedef struct once_event_list {
+    once_event *items;
+    size_t count;
+    char next[ONCE_CURSOR_MAX];
+} once_event_list;
+
+void once_event_list_free(once_event_list *l);
+
+typedef struct once_event_in {
+    const char *source;       /* 1–64 of [A-Za-z0-9._-] */
+    const char *event_id;     /* 1–255 printable ASCII */
+    const char *content_type; /* optional */
+    const char *headers;      /* optional blob */
+    size_t headers_len;
+    const uint8_t *body;
+    size_t body_len;
+    int64_t retention_ms;     /* the dedupe window after delivery; 0 = 7 days */
+} once_event_in;
+
+/* Inserts the event unless (source, event_id) exists; durable before it
+ * returns. *inserted = 1 for a new event, 0 for a duplicate (nothing
+ * changed). */
+int once_event_insert(once_store *store, const once_event_in *ev, int *inserted);
+/* As once_event_insert, answering through cb once durable (see the
+ * asynchronous variants below); *inserted is set before cb runs. */
+int once_event_insert_async(once_store *store, const once_event_in *ev, int *inserted, once_cb cb, void *ctx);
+
+/* Claims up to max pending events of source that are due (next_at <= now)
+ * and not held by a live claim, oldest first: each gets attempt + 1, a new
+ * receipt and claim_until = now + lease_ms. Two claimers never get the same
+ * event while its claim lives. */
+int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out);
+
+/* Settles the claim with receipt: delivered. ONCE_ESTALE when the receipt is
+ * not the event's current one (it was claimed again); ONCE_ENOTFOUND when
+ * the event is gone. Repeating an ack of a delivered event is 0. */
+int once_event_ack(once_store *store, const char *source, const char *receipt);
+
+/* Ends the claim with receipt without delivery: pending again after
+ * delay_ms, or dead when dead is set; error (may be NULL) is kept. Errors as
+ * once_event_ack. */
+int once_event_retry(once_store *store, const char *source, const char *receipt, int64_t delay_ms, int dead,
+                     const char *error);
+
+/* One event, or ONCE_ENOTFOUND. */
+int once_event_get(once_store *store, const char *source, const char *event_id, once_event *out);
+
+typedef struct once_event_list_req {
+    const char *source;       /* NULL = any */
+    once_event_state state;   /* 0 = any */
+    size_t limit;             /* 1..1000; 0 = 100 */
+    const char *cursor;
+} once_event_list_req;
+
+/* A page of events in arrival order (bodies included), stable under inserts. */
+int once_list_events(once_store *store, const once_event_list_req *req, once_event_list *out);
+
+/* Makes the event pending and due now, whatever its state (a delivered or
+ * dead event is delivered again); its attempt count goes on. */
+int once_event_redeliver(once_store *store, const char *source, const char *event_id);
+
+/* Deletes delivered and dead events whose retention ended at or before now. */
+int once_event_sweep(once_store *store, int64_t now, size_t *count);
+
 /* ---- asynchronous variants --------------------------------------------- */
 
 /* For servers that must not block a thread on an fsync (DESIGN.md §5): the
@@ -298,7 +407,6 @@ int once_hold_unknown(once_store *store, const char *scope, const char *reason, 
  * arguments point to (strings, req, response, out) must stay valid until cb
  * has run. Return: 0 queued (cb will run exactly once); a negative code when
  * the arguments are refused (cb will not run). */
-typedef void (*once_cb)(void *ctx, int rc, const char *detail);
 
 /* As once_reserve. Returns 1 when one indexed read already answered
  * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD): *out is filled and cb will not run;

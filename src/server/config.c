@@ -88,8 +88,7 @@ typedef struct config_key {
 
 struct config_ctx {
     once_config *cfg;
-    const char *path;     /* as given, for messages (quoted) */
-    char qpath[CONFIG_QUOTE_MAX * 2];
+    char qpath[CONFIG_QUOTE_MAX * 2]; /* the file name as messages show it */
     char *dir;            /* the file's directory, or NULL for "." */
     FILE *fp;
     char *linebuf;
@@ -163,7 +162,8 @@ static int config_fail_oom(config_ctx *c)
     return config_fail_at(c, 0, "out of memory");
 }
 
-/* "key: 'value' " prefix material: every value error names both. */
+/* The value as written (before ${} expansion, so a message does not show
+ * what a variable held), quoted for a message. */
 static const char *config_raw(config_ctx *c, char *buf, size_t cap)
 {
     return config_quote(c->raw, buf, cap);
@@ -1428,7 +1428,6 @@ static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char
     memset(&c, 0, sizeof c);
     memset(cfg, 0, sizeof *cfg);
     c.cfg = cfg;
-    c.path = path;
     c.fp = fp;
     c.err = err;
     c.errlen = errlen;

@@ -92,7 +92,7 @@ static int sq_code(int rc)
     }
 }
 
-static void fail_sql(sq_op *op, sq_conn *c, int rc, const char *what)
+void sq_fail_sql(sq_op *op, sq_conn *c, int rc, const char *what)
 {
     sq_op_fail(op, sq_code(rc), "%s: %s", what, sqlite3_errmsg(c->db));
 }
@@ -121,37 +121,43 @@ void sq_conn_close(sq_conn *c)
 {
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(c->st[i]);
+    for (int i = 0; i < EV_COUNT; i++)
+        sqlite3_finalize(c->ev[i]);
     sqlite3_close(c->db);
     memset(c, 0, sizeof *c);
 }
 
-/* The prepared statement i, reset and unbound, ready for binding. */
-static sqlite3_stmt *stmt(sq_conn *c, sq_op *op, enum sq_stmt i)
+sqlite3_stmt *sq_prepare(sq_conn *c, sq_op *op, sqlite3_stmt **slot, const char *sql)
 {
-    if (!c->st[i]) {
-        int rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
+    if (!*slot) {
+        int rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
         if (rc != SQLITE_OK) {
-            fail_sql(op, c, rc, "prepare");
-            c->st[i] = NULL;
+            sq_fail_sql(op, c, rc, "prepare");
+            *slot = NULL;
             return NULL;
         }
     }
-    return c->st[i];
+    return *slot;
 }
 
-/* Resets st so that it releases its read snapshot and its bindings. */
-static void done(sqlite3_stmt *st)
+/* The ledger statement i, ready for binding. */
+static sqlite3_stmt *stmt(sq_conn *c, sq_op *op, enum sq_stmt i)
+{
+    return sq_prepare(c, op, &c->st[i], stmt_sql[i]);
+}
+
+void sq_done(sqlite3_stmt *st)
 {
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
 }
 
-static int bind_text(sqlite3_stmt *st, int i, const char *s)
+int sq_bind_text(sqlite3_stmt *st, int i, const char *s)
 {
     return s ? sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
 }
 
-static int bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
+int sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
 {
     if (!p)
         return sqlite3_bind_null(st, i);
@@ -186,7 +192,7 @@ static int head_read(sqlite3_stmt *st, row_head *h)
 
 /* A heap copy of a text/blob column, or NULL for SQL NULL. *ok is cleared
  * when an allocation fails. */
-static void *col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok)
+void *sq_col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok)
 {
     if (len)
         *len = 0;
@@ -209,8 +215,8 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
         return ONCE_ESTORE;
     int ok = 1;
     memset(a, 0, sizeof *a);
-    a->scope = col_dup(st, C_SCOPE, NULL, &ok);
-    a->key = col_dup(st, C_KEY, NULL, &ok);
+    a->scope = sq_col_dup(st, C_SCOPE, NULL, &ok);
+    a->key = sq_col_dup(st, C_KEY, NULL, &ok);
     a->state = h.state;
     a->attempt = h.attempt;
     a->created_at = sqlite3_column_int64(st, C_CREATED);
@@ -218,15 +224,15 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->lease_expires_at = h.lease_expires_at;
     a->expires_at = h.expires_at;
     a->retention_ms = h.retention_ms;
-    a->fingerprint = col_dup(st, C_FP, NULL, &ok);
-    a->request = col_dup(st, C_REQUEST, &a->request_len, &ok);
+    a->fingerprint = sq_col_dup(st, C_FP, NULL, &ok);
+    a->request = sq_col_dup(st, C_REQUEST, &a->request_len, &ok);
     a->has_response = sqlite3_column_int(st, C_HAS_RESP) != 0;
     a->response.status = sqlite3_column_int(st, C_RESP_STATUS);
-    a->response.headers = col_dup(st, C_RESP_HEADERS, &a->response.headers_len, &ok);
-    a->response.body = col_dup(st, C_RESP_BODY, &a->response.body_len, &ok);
-    a->provider_id = col_dup(st, C_PROVIDER, NULL, &ok);
-    a->error = col_dup(st, C_ERROR, NULL, &ok);
-    a->note = col_dup(st, C_NOTE, NULL, &ok);
+    a->response.headers = sq_col_dup(st, C_RESP_HEADERS, &a->response.headers_len, &ok);
+    a->response.body = sq_col_dup(st, C_RESP_BODY, &a->response.body_len, &ok);
+    a->provider_id = sq_col_dup(st, C_PROVIDER, NULL, &ok);
+    a->error = sq_col_dup(st, C_ERROR, NULL, &ok);
+    a->note = sq_col_dup(st, C_NOTE, NULL, &ok);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -235,21 +241,21 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
 }
 
 /* Steps the SELECT of (scope, key). 1: a row is current on st; 0: no row;
- * -1: error (op failed). The caller must done(st). */
+ * -1: error (op failed). The caller must sq_done(st). */
 static int row_find(sq_conn *c, sq_op *op, sqlite3_stmt **out)
 {
     sqlite3_stmt *st = stmt(c, op, ST_SELECT);
     *out = st;
     if (!st)
         return -1;
-    bind_text(st, 1, op->scope);
-    bind_text(st, 2, op->key);
+    sq_bind_text(st, 1, op->scope);
+    sq_bind_text(st, 2, op->key);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         return 1;
     if (rc == SQLITE_DONE)
         return 0;
-    fail_sql(op, c, rc, "select");
+    sq_fail_sql(op, c, rc, "select");
     return -1;
 }
 
@@ -263,19 +269,18 @@ static int row_need(sq_conn *c, sq_op *op, row_head *h)
         found = -1;
     }
     if (st)
-        done(st);
+        sq_done(st);
     if (found == 0)
         sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
     return found == 1 ? 0 : -1;
 }
 
-/* Runs a write statement that binding already prepared. */
-static int write_step(sq_conn *c, sq_op *op, sqlite3_stmt *st, const char *what)
+int sq_write_step(sq_conn *c, sq_op *op, sqlite3_stmt *st, const char *what)
 {
     int rc = sqlite3_step(st);
-    done(st);
+    sq_done(st);
     if (rc != SQLITE_DONE) {
-        fail_sql(op, c, rc, what);
+        sq_fail_sql(op, c, rc, what);
         return -1;
     }
     return 0;
@@ -344,7 +349,7 @@ int sq_reserve_read(sq_conn *c, sq_op *op)
         }
     }
     if (st)
-        done(st);
+        sq_done(st);
     return answered;
 }
 
@@ -365,15 +370,15 @@ static void op_reserve(sq_conn *c, sq_op *op)
     sqlite3_stmt *st = stmt(c, op, ST_INSERT);
     if (!st)
         return;
-    bind_text(st, 1, r->scope);
-    bind_text(st, 2, r->key);
-    bind_text(st, 3, op->token);
+    sq_bind_text(st, 1, r->scope);
+    sq_bind_text(st, 2, r->key);
+    sq_bind_text(st, 3, op->token);
     sqlite3_bind_int64(st, 4, op->now);
     sqlite3_bind_int64(st, 5, lease);
     sqlite3_bind_int64(st, 6, r->retention_ms);
-    bind_text(st, 7, r->fingerprint);
-    bind_blob(st, 8, r->request, r->request_len);
-    if (write_step(c, op, st, "reserve") < 0)
+    sq_bind_text(st, 7, r->fingerprint);
+    sq_bind_blob(st, 8, r->request, r->request_len);
+    if (sq_write_step(c, op, st, "reserve") < 0)
         return;
     /* The unique constraint decided: one insert wins, the rest read. */
     if (sqlite3_changes(c->db) == 1) {
@@ -382,34 +387,34 @@ static void op_reserve(sq_conn *c, sq_op *op)
     }
     if (!(st = stmt(c, op, ST_SELECT)))
         return;
-    bind_text(st, 1, r->scope);
-    bind_text(st, 2, r->key);
+    sq_bind_text(st, 1, r->scope);
+    sq_bind_text(st, 2, r->key);
     int rc = sqlite3_step(st);
     row_head h;
     if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
         if (rc == SQLITE_ROW || rc == SQLITE_DONE)
             sq_op_fail(op, ONCE_ESTORE, "reserve: the conflicting row of %s/%s cannot be read", r->scope, r->key);
         else
-            fail_sql(op, c, rc, "reserve");
-        done(st);
+            sq_fail_sql(op, c, rc, "reserve");
+        sq_done(st);
         return;
     }
     if (reserve_answer(st, &h, op)) {
-        done(st);
+        sq_done(st);
         return;
     }
-    done(st);
+    sq_done(st);
     if (h.state == ONCE_STATE_PENDING && !r->retry_unknown) {
         /* The lease ran out and no loop has noticed yet. The attempt may
          * have acted: never hand the key to a new attempt. */
         if (!(st = stmt(c, op, ST_SET_STATE)))
             return;
         sqlite3_bind_int64(st, 1, h.id);
-        bind_text(st, 2, "unknown");
-        bind_text(st, 3, "lease expired");
+        sq_bind_text(st, 2, "unknown");
+        sq_bind_text(st, 3, "lease expired");
         sqlite3_bind_int64(st, 4, op->now);
         sqlite3_bind_int64(st, 5, 0);
-        if (write_step(c, op, st, "reserve: expire lease") < 0)
+        if (sq_write_step(c, op, st, "reserve: expire lease") < 0)
             return;
         int found = row_find(c, op, &st);
         if (found == 1 && row_decode(st, &op->res->action) == ONCE_OK) {
@@ -420,7 +425,7 @@ static void op_reserve(sq_conn *c, sq_op *op)
             sq_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
         }
         if (st)
-            done(st);
+            sq_done(st);
         return;
     }
     /* RELEASED, COMPLETED past its retention, or (natively deduped) UNKNOWN,
@@ -428,13 +433,13 @@ static void op_reserve(sq_conn *c, sq_op *op)
     if (!(st = stmt(c, op, ST_REARM)))
         return;
     sqlite3_bind_int64(st, 1, h.id);
-    bind_text(st, 2, op->token);
+    sq_bind_text(st, 2, op->token);
     sqlite3_bind_int64(st, 3, op->now);
     sqlite3_bind_int64(st, 4, lease);
     sqlite3_bind_int64(st, 5, r->retention_ms);
-    bind_text(st, 6, r->fingerprint);
-    bind_blob(st, 7, r->request, r->request_len);
-    if (write_step(c, op, st, "reserve again") < 0)
+    sq_bind_text(st, 6, r->fingerprint);
+    sq_bind_blob(st, 7, r->request, r->request_len);
+    if (sq_write_step(c, op, st, "reserve again") < 0)
         return;
     reserved(op, h.attempt + 1);
 }
@@ -475,12 +480,12 @@ static void op_complete(sq_conn *c, sq_op *op)
         sqlite3_bind_int(st, 3, resp->status);
         if (resp->headers)
             sqlite3_bind_text64(st, 4, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
-        bind_blob(st, 5, resp->body, resp->body_len);
+        sq_bind_blob(st, 5, resp->body, resp->body_len);
     }
-    bind_text(st, 6, op->provider_id);
-    bind_text(st, 7, late);
+    sq_bind_text(st, 6, op->provider_id);
+    sq_bind_text(st, 7, late);
     sqlite3_bind_int64(st, 8, op->now);
-    if (write_step(c, op, st, "complete") == 0)
+    if (sq_write_step(c, op, st, "complete") == 0)
         op->rc = ONCE_OK;
 }
 
@@ -490,11 +495,11 @@ static int set_state(sq_conn *c, sq_op *op, int64_t id, once_state to, const cha
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
-    bind_text(st, 2, once_state_name(to));
-    bind_text(st, 3, text);
+    sq_bind_text(st, 2, once_state_name(to));
+    sq_bind_text(st, 3, text);
     sqlite3_bind_int64(st, 4, op->now);
     sqlite3_bind_int64(st, 5, expires_at);
-    return write_step(c, op, st, "update state");
+    return sq_write_step(c, op, st, "update state");
 }
 
 static void op_settle(sq_conn *c, sq_op *op)
@@ -530,11 +535,11 @@ static void op_resolve(sq_conn *c, sq_op *op)
     if (!st)
         return;
     sqlite3_bind_int64(st, 1, h.id);
-    bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
-    bind_text(st, 3, op->provider_id);
-    bind_text(st, 4, op->text);
+    sq_bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+    sq_bind_text(st, 3, op->provider_id);
+    sq_bind_text(st, 4, op->text);
     sqlite3_bind_int64(st, 5, op->now);
-    if (write_step(c, op, st, "resolve") == 0)
+    if (sq_write_step(c, op, st, "resolve") == 0)
         op->rc = ONCE_OK;
 }
 
@@ -558,7 +563,7 @@ static void op_bulk(sq_conn *c, sq_op *op, enum sq_stmt which, const char *what)
     if (!st)
         return;
     sqlite3_bind_int64(st, 1, op->now);
-    if (write_step(c, op, st, what) == 0) {
+    if (sq_write_step(c, op, st, what) == 0) {
         op->count = (size_t)sqlite3_changes(c->db);
         op->rc = ONCE_OK;
     }
@@ -570,9 +575,9 @@ static void op_hold_all(sq_conn *c, sq_op *op)
     if (!st)
         return;
     sqlite3_bind_int64(st, 1, op->now);
-    bind_text(st, 2, op->text);
-    bind_text(st, 3, op->scope);
-    if (write_step(c, op, st, "hold unknown") == 0) {
+    sq_bind_text(st, 2, op->text);
+    sq_bind_text(st, 3, op->scope);
+    if (sq_write_step(c, op, st, "hold unknown") == 0) {
         op->count = (size_t)sqlite3_changes(c->db);
         op->rc = ONCE_OK;
     }
@@ -592,7 +597,7 @@ static void op_get(sq_conn *c, sq_op *op)
         sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
     }
     if (st)
-        done(st);
+        sq_done(st);
 }
 
 static void op_list(sq_conn *c, sq_op *op)
@@ -608,8 +613,8 @@ static void op_list(sq_conn *c, sq_op *op)
         return;
     }
     sqlite3_bind_int64(st, 1, op->after_id);
-    bind_text(st, 2, r->state ? once_state_name(r->state) : NULL);
-    bind_text(st, 3, r->scope);
+    sq_bind_text(st, 2, r->state ? once_state_name(r->state) : NULL);
+    sq_bind_text(st, 3, r->scope);
     /* One row more than asked tells whether another page exists. */
     sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
     int rc;
@@ -622,18 +627,18 @@ static void op_list(sq_conn *c, sq_op *op)
         int drc = row_decode(st, &l->items[l->count]);
         if (drc < 0) {
             sq_op_fail(op, drc, "list: cannot read a row");
-            done(st);
+            sq_done(st);
             return;
         }
         last_id = sqlite3_column_int64(st, C_ID);
         l->count++;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        fail_sql(op, c, rc, "list");
-        done(st);
+        sq_fail_sql(op, c, rc, "list");
+        sq_done(st);
         return;
     }
-    done(st);
+    sq_done(st);
     op->rc = ONCE_OK;
 }
 
@@ -643,9 +648,9 @@ static void op_ping(sq_conn *c, sq_op *op)
     if (!st)
         return;
     int rc = sqlite3_step(st);
-    done(st);
+    sq_done(st);
     if (rc != SQLITE_ROW)
-        fail_sql(op, c, rc, "ping");
+        sq_fail_sql(op, c, rc, "ping");
     else
         op->rc = ONCE_OK;
 }
@@ -666,6 +671,7 @@ void sq_op_run(sq_conn *c, sq_op *op)
     case OP_GET: op_get(c, op); break;
     case OP_LIST: op_list(c, op); break;
     case OP_PING: op_ping(c, op); break;
+    default: sq_event_run(c, op); break;
     }
     if (op->rc == ONCE_ESTORE && !op->detail[0])
         sq_op_fail(op, ONCE_ESTORE, "store operation failed");

@@ -28,9 +28,23 @@ enum sq_stmt {
 
 /* A connection and its prepared statements (prepared on first use). Used by
  * one thread at a time. */
+enum sq_ev_stmt {
+    EV_INSERT,
+    EV_SELECT,
+    EV_SELECT_ID,
+    EV_DUE,
+    EV_CLAIM,
+    EV_SETTLE,
+    EV_LIST,
+    EV_REDELIVER,
+    EV_SWEEP,
+    EV_COUNT
+};
+
 typedef struct sq_conn {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
+    sqlite3_stmt *ev[EV_COUNT];
 } sq_conn;
 
 /* Opens path with the connection settings once relies on. */
@@ -48,7 +62,14 @@ typedef enum sq_op_kind {
     OP_HOLD_ALL,
     OP_GET,
     OP_LIST,
-    OP_PING
+    OP_PING,
+    OP_EV_INSERT,
+    OP_EV_CLAIM,
+    OP_EV_SETTLE,
+    OP_EV_GET,
+    OP_EV_LIST,
+    OP_EV_REDELIVER,
+    OP_EV_SWEEP
 } sq_op_kind;
 
 /* One queued operation: its inputs, where its outputs go, and its result.
@@ -72,6 +93,19 @@ typedef struct sq_op {
     once_action *action;
     once_action_list *list;
     size_t count;
+    /* webhook events */
+    const once_event_in *ev_in;
+    int *inserted;
+    const char *event_id;
+    const char *receipt;
+    const once_event_list_req *ev_lreq;
+    once_event *event;
+    once_event_list *ev_list;
+    size_t max;
+    int64_t lease_ms;
+    int64_t delay_ms;
+    int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
+    int dead; /* OP_EV_SETTLE retry: give up */
     int rc;
     char detail[ONCE_DETAIL_MAX];
     /* Asynchronous operations only: the callback, and copies of what the
@@ -79,6 +113,7 @@ typedef struct sq_op {
     once_cb cb;
     void *cb_ctx;
     once_reserve_req rreq_copy;
+    once_event_in ev_in_copy;
     char token_buf[ONCE_TOKEN_LEN + 1];
 } sq_op;
 
@@ -94,5 +129,25 @@ int sq_reserve_read(sq_conn *c, sq_op *op);
 
 /* Fails op with code and a detail. */
 void sq_op_fail(sq_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- shared by the operation files ---- */
+
+/* The statement in *slot, prepared from sql on first use; NULL (op failed)
+ * when it cannot be prepared. */
+sqlite3_stmt *sq_prepare(sq_conn *c, sq_op *op, sqlite3_stmt **slot, const char *sql);
+/* Resets st so that it releases its read snapshot and its bindings. */
+void sq_done(sqlite3_stmt *st);
+int sq_bind_text(sqlite3_stmt *st, int i, const char *s);
+int sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);
+/* Fails op with the connection's error for a SQLite result code. */
+void sq_fail_sql(sq_op *op, sq_conn *c, int rc, const char *what);
+/* Steps a bound write statement and resets it; 0, or -1 with op failed. */
+int sq_write_step(sq_conn *c, sq_op *op, sqlite3_stmt *st, const char *what);
+/* A heap copy of column i (text or blob), NULL for SQL NULL; *ok cleared
+ * when an allocation fails. */
+void *sq_col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok);
+
+/* The webhook event operations (sqlite_events.c). */
+void sq_event_run(sq_conn *c, sq_op *op);
 
 #endif

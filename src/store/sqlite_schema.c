@@ -42,6 +42,30 @@ static const char *const migrations[] = {
     "CREATE INDEX actions_pending_lease ON actions (lease_expires_at) WHERE state = 'pending';"
     "CREATE INDEX actions_expiry ON actions (expires_at) WHERE state IN ('completed','released');"
     "CREATE INDEX actions_state ON actions (state, id);",
+    /* 2: webhook events, deduplicated by (source, event_id). A claim is a
+     * receipt and a lease; next_at carries backoff and nack delays. */
+    "CREATE TABLE events ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  source TEXT NOT NULL,"
+    "  event_id TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','delivered','dead')),"
+    "  attempt INTEGER NOT NULL DEFAULT 0,"
+    "  received_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  next_at INTEGER NOT NULL,"
+    "  claim_until INTEGER NOT NULL DEFAULT 0,"
+    "  receipt TEXT,"
+    "  delivered_at INTEGER NOT NULL DEFAULT 0,"
+    "  expires_at INTEGER NOT NULL DEFAULT 0,"
+    "  retention_ms INTEGER NOT NULL,"
+    "  content_type TEXT,"
+    "  headers TEXT,"
+    "  body BLOB,"
+    "  error TEXT,"
+    "  UNIQUE (source, event_id)"
+    ");"
+    "CREATE INDEX events_due ON events (source, next_at) WHERE state = 'pending';"
+    "CREATE INDEX events_expiry ON events (expires_at) WHERE state IN ('delivered','dead');",
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

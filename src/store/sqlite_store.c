@@ -80,6 +80,8 @@ static void batch_void(sq_op **ops, size_t n, int code, const char *why, const c
         if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE) {
             if (ops[i]->kind == OP_RESERVE)
                 once_reservation_free(ops[i]->res);
+            if (ops[i]->kind == OP_EV_CLAIM)
+                once_event_list_free(ops[i]->ev_list);
             sq_op_fail(ops[i], code, "%s: %s", why, msg);
         }
     }
@@ -107,6 +109,8 @@ static void batch_run(sq_store *s, sq_op **ops, size_t n)
             for (size_t j = 0; j < n; j++) {
                 if (ops[j]->kind == OP_RESERVE)
                     once_reservation_free(ops[j]->res);
+                if (ops[j]->kind == OP_EV_CLAIM)
+                    once_event_list_free(ops[j]->ev_list);
                 sq_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
             }
             return;
@@ -268,6 +272,10 @@ static int run_async(sq_store *s, const sq_op *op, once_cb cb, void *ctx)
         snprintf(h->token_buf, sizeof h->token_buf, "%s", op->token);
         h->token = h->token_buf;
     }
+    if (op->ev_in) {
+        h->ev_in_copy = *op->ev_in;
+        h->ev_in = &h->ev_in_copy;
+    }
     int rc = bq_submit(&s->queue, &h->item);
     if (rc < 0) {
         free(h);
@@ -393,6 +401,56 @@ static int sqs_ping(once_store *st)
     return run_read(sq(st), &op);
 }
 
+/* ---- webhook events ---------------------------------------------------- */
+
+static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now, int *inserted, once_cb cb,
+                            void *ctx)
+{
+    sq_op op = {.kind = OP_EV_INSERT, .now = now, .ev_in = ev, .inserted = inserted};
+    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
+}
+
+static int sqs_event_claim(once_store *st, const char *source, size_t max, int64_t lease_ms, int64_t now,
+                           once_event_list *out)
+{
+    sq_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms, .ev_list = out};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_event_settle(once_store *st, const char *source, const char *receipt, int ack, int64_t delay_ms,
+                            int dead, const char *error, int64_t now)
+{
+    sq_op op = {.kind = OP_EV_SETTLE, .now = now, .scope = source, .receipt = receipt, .ack = ack,
+                .delay_ms = delay_ms, .dead = dead, .text = error};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_event_get(once_store *st, const char *source, const char *event_id, once_event *out)
+{
+    sq_op op = {.kind = OP_EV_GET, .scope = source, .event_id = event_id, .event = out};
+    return run_read(sq(st), &op);
+}
+
+static int sqs_event_list(once_store *st, const once_event_list_req *req, int64_t after_id, once_event_list *out)
+{
+    sq_op op = {.kind = OP_EV_LIST, .ev_lreq = req, .after_id = after_id, .ev_list = out};
+    return run_read(sq(st), &op);
+}
+
+static int sqs_event_redeliver(once_store *st, const char *source, const char *event_id, int64_t now)
+{
+    sq_op op = {.kind = OP_EV_REDELIVER, .now = now, .scope = source, .event_id = event_id};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_event_sweep(once_store *st, int64_t now, size_t *count)
+{
+    sq_op op = {.kind = OP_EV_SWEEP, .now = now};
+    int rc = run_write(sq(st), &op);
+    *count = op.count;
+    return rc;
+}
+
 /* ---- open and close ---------------------------------------------------- */
 
 static void sqs_close(once_store *st)
@@ -436,6 +494,13 @@ static const store_vtable sqlite_vtable = {
     .hold = sqs_hold,
     .sweep = sqs_sweep,
     .hold_unknown = sqs_hold_unknown,
+    .event_insert = sqs_event_insert,
+    .event_claim = sqs_event_claim,
+    .event_settle = sqs_event_settle,
+    .event_get = sqs_event_get,
+    .event_list = sqs_event_list,
+    .event_redeliver = sqs_event_redeliver,
+    .event_sweep = sqs_event_sweep,
     .ping = sqs_ping,
     .close = sqs_close,
 };

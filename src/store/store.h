@@ -31,6 +31,17 @@ typedef struct store_vtable {
     int (*sweep)(once_store *s, int64_t now, size_t *count);
     int (*hold_unknown)(once_store *s, const char *scope, const char *reason, int64_t now, size_t *count);
     int (*ping)(once_store *s);
+    /* webhook events */
+    int (*event_insert)(once_store *s, const once_event_in *ev, int64_t now, int *inserted, once_cb cb, void *ctx);
+    int (*event_claim)(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
+                       once_event_list *out);
+    /* ack, or retry (pending after delay_ms, or dead) */
+    int (*event_settle)(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms, int dead,
+                        const char *error, int64_t now);
+    int (*event_get)(once_store *s, const char *source, const char *event_id, once_event *out);
+    int (*event_list)(once_store *s, const once_event_list_req *req, int64_t after_id, once_event_list *out);
+    int (*event_redeliver)(once_store *s, const char *source, const char *event_id, int64_t now);
+    int (*event_sweep)(once_store *s, int64_t now, size_t *count);
     void (*close)(once_store *s);
 } store_vtable;
 

@@ -1,0 +1,390 @@
+/*
+ * sqlite_events.c — webhook events as SQLite statements: insert under the
+ * unique (source, event_id), claims with receipts, ack / retry / dead,
+ * redelivery and the retention sweep.
+ *
+ * A receipt is "<row id>.<32 hex>": the id finds the row without an index on
+ * receipts, the random part proves the claim is the current one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/sqlite_ops.h"
+
+#define EV_COLS                                                                                         \
+    "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "     \
+    "delivered_at, expires_at, content_type, headers, body, error"
+
+enum {
+    E_ID,
+    E_SOURCE,
+    E_EVENT_ID,
+    E_STATE,
+    E_ATTEMPT,
+    E_RECEIVED,
+    E_UPDATED,
+    E_NEXT,
+    E_CLAIM,
+    E_RECEIPT,
+    E_DELIVERED,
+    E_EXPIRES,
+    E_CTYPE,
+    E_HEADERS,
+    E_BODY,
+    E_ERROR
+};
+
+static const char *const ev_sql[EV_COUNT] = {
+    [EV_INSERT] = "INSERT INTO events (source, event_id, state, received_at, updated_at, next_at, retention_ms, "
+                  "content_type, headers, body) VALUES (?1, ?2, 'pending', ?3, ?3, ?3, ?4, ?5, ?6, ?7) "
+                  "ON CONFLICT (source, event_id) DO NOTHING",
+    [EV_SELECT] = "SELECT " EV_COLS " FROM events WHERE source = ?1 AND event_id = ?2",
+    [EV_SELECT_ID] = "SELECT " EV_COLS " FROM events WHERE id = ?1",
+    [EV_DUE] = "SELECT id FROM events WHERE source = ?1 AND state = 'pending' AND next_at <= ?2 "
+               "AND claim_until <= ?2 ORDER BY next_at, id LIMIT ?3",
+    [EV_CLAIM] = "UPDATE events SET attempt = attempt + 1, receipt = ?2, claim_until = ?3, updated_at = ?4 "
+                 "WHERE id = ?1",
+    /* A retry ends the claim: its receipt can settle nothing any more. */
+    [EV_SETTLE] = "UPDATE events SET state = ?2, claim_until = 0, next_at = ?3, updated_at = ?4, "
+                  "receipt = CASE WHEN ?2 = 'pending' THEN NULL ELSE receipt END, "
+                  "delivered_at = CASE WHEN ?2 = 'delivered' THEN ?4 ELSE delivered_at END, "
+                  "expires_at = CASE WHEN ?2 = 'pending' THEN 0 ELSE ?4 + retention_ms END, "
+                  "error = COALESCE(?5, error) WHERE id = ?1",
+    [EV_LIST] = "SELECT " EV_COLS " FROM events WHERE id > ?1 AND (?2 IS NULL OR source = ?2) "
+                "AND (?3 IS NULL OR state = ?3) ORDER BY id LIMIT ?4",
+    [EV_REDELIVER] = "UPDATE events SET state = 'pending', next_at = ?2, claim_until = 0, receipt = NULL, "
+                     "expires_at = 0, updated_at = ?2 WHERE id = ?1",
+    [EV_SWEEP] = "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= ?1",
+};
+
+static const char *const state_names[] = {[ONCE_EVENT_PENDING] = "pending", [ONCE_EVENT_DELIVERED] = "delivered",
+                                          [ONCE_EVENT_DEAD] = "dead"};
+
+const char *once_event_state_name(once_event_state s)
+{
+    if ((int)s < ONCE_EVENT_PENDING || (int)s > ONCE_EVENT_DEAD)
+        return NULL;
+    return state_names[s];
+}
+
+int once_event_state_parse(const char *name, once_event_state *out)
+{
+    for (int s = ONCE_EVENT_PENDING; name && out && s <= ONCE_EVENT_DEAD; s++) {
+        if (strcmp(name, state_names[s]) == 0) {
+            *out = (once_event_state)s;
+            return ONCE_OK;
+        }
+    }
+    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, delivered or dead", name ? name : "");
+}
+
+static sqlite3_stmt *ev_stmt(sq_conn *c, sq_op *op, enum sq_ev_stmt i)
+{
+    return sq_prepare(c, op, &c->ev[i], ev_sql[i]);
+}
+
+static int ev_decode(sqlite3_stmt *st, once_event *e)
+{
+    int ok = 1;
+    memset(e, 0, sizeof *e);
+    const char *state = (const char *)sqlite3_column_text(st, E_STATE);
+    if (!state || once_event_state_parse(state, &e->state) < 0)
+        return ONCE_ESTORE;
+    e->source = sq_col_dup(st, E_SOURCE, NULL, &ok);
+    e->event_id = sq_col_dup(st, E_EVENT_ID, NULL, &ok);
+    e->attempt = sqlite3_column_int64(st, E_ATTEMPT);
+    e->received_at = sqlite3_column_int64(st, E_RECEIVED);
+    e->updated_at = sqlite3_column_int64(st, E_UPDATED);
+    e->next_at = sqlite3_column_int64(st, E_NEXT);
+    e->claim_until = sqlite3_column_int64(st, E_CLAIM);
+    e->delivered_at = sqlite3_column_int64(st, E_DELIVERED);
+    e->expires_at = sqlite3_column_int64(st, E_EXPIRES);
+    e->content_type = sq_col_dup(st, E_CTYPE, NULL, &ok);
+    e->headers = sq_col_dup(st, E_HEADERS, &e->headers_len, &ok);
+    e->body = sq_col_dup(st, E_BODY, &e->body_len, &ok);
+    e->error = sq_col_dup(st, E_ERROR, NULL, &ok);
+    if (!ok || !e->source || !e->event_id) {
+        once_event_free(e);
+        return ONCE_ENOMEM;
+    }
+    return ONCE_OK;
+}
+
+static void op_insert(sq_conn *c, sq_op *op)
+{
+    const once_event_in *ev = op->ev_in;
+    sqlite3_stmt *st = ev_stmt(c, op, EV_INSERT);
+    if (!st)
+        return;
+    sq_bind_text(st, 1, ev->source);
+    sq_bind_text(st, 2, ev->event_id);
+    sqlite3_bind_int64(st, 3, op->now);
+    sqlite3_bind_int64(st, 4, ev->retention_ms);
+    sq_bind_text(st, 5, ev->content_type);
+    if (ev->headers)
+        sqlite3_bind_text64(st, 6, ev->headers, ev->headers_len, SQLITE_STATIC, SQLITE_UTF8);
+    sq_bind_blob(st, 7, ev->body, ev->body_len);
+    if (sq_write_step(c, op, st, "insert event") < 0)
+        return;
+    /* The unique constraint decides: a duplicate changes nothing. */
+    *op->inserted = sqlite3_changes(c->db) == 1;
+    op->rc = ONCE_OK;
+}
+
+/* Fills the list with the rows of ids, receipts attached (claim). */
+static int list_push(sq_conn *c, sq_op *op, int64_t id, const char *receipt)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE)
+            sq_op_fail(op, ONCE_ESTORE, "claimed event %lld vanished", (long long)id);
+        else
+            sq_fail_sql(op, c, rc, "claim");
+        sq_done(st);
+        return -1;
+    }
+    once_event *e = &op->ev_list->items[op->ev_list->count];
+    int drc = ev_decode(st, e);
+    sq_done(st);
+    if (drc < 0) {
+        sq_op_fail(op, drc, "claim: cannot read an event");
+        return -1;
+    }
+    snprintf(e->receipt, sizeof e->receipt, "%s", receipt);
+    op->ev_list->count++;
+    return 0;
+}
+
+static void op_claim(sq_conn *c, sq_op *op)
+{
+    once_event_list *l = op->ev_list;
+    l->items = calloc(op->max, sizeof *l->items);
+    int64_t *ids = calloc(op->max, sizeof *ids);
+    sqlite3_stmt *st = NULL;
+    if (!l->items || !ids) {
+        sq_op_fail(op, ONCE_ENOMEM, "claim: out of memory");
+        goto out;
+    }
+    if (!(st = ev_stmt(c, op, EV_DUE)))
+        goto out;
+    sq_bind_text(st, 1, op->scope);
+    sqlite3_bind_int64(st, 2, op->now);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
+    size_t n = 0;
+    int rc;
+    while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        ids[n++] = sqlite3_column_int64(st, 0);
+    sq_done(st);
+    if (n < op->max && rc != SQLITE_DONE) {
+        sq_fail_sql(op, c, rc, "claim");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char token[ONCE_TOKEN_LEN + 1], receipt[ONCE_RECEIPT_MAX];
+        if ((rc = once_token_new(token)) < 0) {
+            sq_op_fail(op, rc, "claim: %s", once_errdetail());
+            goto out;
+        }
+        snprintf(receipt, sizeof receipt, "%lld.%s", (long long)ids[i], token);
+        if (!(st = ev_stmt(c, op, EV_CLAIM)))
+            goto out;
+        sqlite3_bind_int64(st, 1, ids[i]);
+        sq_bind_text(st, 2, receipt);
+        sqlite3_bind_int64(st, 3, op->now + op->lease_ms);
+        sqlite3_bind_int64(st, 4, op->now);
+        if (sq_write_step(c, op, st, "claim") < 0 || list_push(c, op, ids[i], receipt) < 0)
+            goto out;
+    }
+    op->rc = ONCE_OK;
+out:
+    free(ids);
+}
+
+/* "<id>.<32 hex>" -> id; -1 when malformed. */
+static int64_t receipt_id(const char *receipt)
+{
+    const char *dot = strchr(receipt, '.');
+    if (!dot || dot == receipt || dot - receipt > 18 || strlen(dot + 1) != ONCE_TOKEN_LEN)
+        return -1;
+    int64_t id = 0;
+    for (const char *p = receipt; p < dot; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        id = id * 10 + (*p - '0');
+    }
+    return id;
+}
+
+static void op_settle(sq_conn *c, sq_op *op)
+{
+    int64_t id = receipt_id(op->receipt);
+    if (id < 0) {
+        sq_op_fail(op, ONCE_EINVAL, "receipt: malformed");
+        return;
+    }
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE)
+            sq_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
+        else
+            sq_fail_sql(op, c, rc, "settle");
+        sq_done(st);
+        return;
+    }
+    const char *source = (const char *)sqlite3_column_text(st, E_SOURCE);
+    const char *current = (const char *)sqlite3_column_text(st, E_RECEIPT);
+    const char *state = (const char *)sqlite3_column_text(st, E_STATE);
+    int same_source = source && strcmp(source, op->scope) == 0;
+    int current_receipt = current && strcmp(current, op->receipt) == 0;
+    int pending = state && strcmp(state, "pending") == 0;
+    int delivered = state && strcmp(state, "delivered") == 0;
+    sq_done(st);
+    if (!same_source) {
+        sq_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
+        return;
+    }
+    if (!current_receipt) {
+        sq_op_fail(op, ONCE_ESTALE, "the receipt is not the event's current claim (it was retried or claimed again)");
+        return;
+    }
+    if (!pending) {
+        if (op->ack && delivered)
+            op->rc = ONCE_OK; /* a repeated ack */
+        else
+            sq_op_fail(op, ONCE_ESTATE, "the event is %s", state ? state : "?");
+        return;
+    }
+    if (!(st = ev_stmt(c, op, EV_SETTLE)))
+        return;
+    const char *to = op->ack ? "delivered" : op->dead ? "dead" : "pending";
+    sqlite3_bind_int64(st, 1, id);
+    sq_bind_text(st, 2, to);
+    sqlite3_bind_int64(st, 3, op->ack || op->dead ? op->now : op->now + op->delay_ms);
+    sqlite3_bind_int64(st, 4, op->now);
+    sq_bind_text(st, 5, op->text);
+    if (sq_write_step(c, op, st, "settle event") == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_get(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
+    if (!st)
+        return;
+    sq_bind_text(st, 1, op->scope);
+    sq_bind_text(st, 2, op->event_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        int drc = ev_decode(st, op->event);
+        if (drc < 0)
+            sq_op_fail(op, drc, "cannot read the event");
+        else
+            op->rc = ONCE_OK;
+    } else if (rc == SQLITE_DONE) {
+        sq_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
+    } else {
+        sq_fail_sql(op, c, rc, "get event");
+    }
+    sq_done(st);
+}
+
+static void op_list(sq_conn *c, sq_op *op)
+{
+    const once_event_list_req *r = op->ev_lreq;
+    once_event_list *l = op->ev_list;
+    sqlite3_stmt *st = ev_stmt(c, op, EV_LIST);
+    if (!st)
+        return;
+    l->items = calloc(r->limit, sizeof *l->items);
+    if (!l->items) {
+        sq_op_fail(op, ONCE_ENOMEM, "list: out of memory");
+        return;
+    }
+    sqlite3_bind_int64(st, 1, op->after_id);
+    sq_bind_text(st, 2, r->source);
+    sq_bind_text(st, 3, r->state ? once_event_state_name(r->state) : NULL);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
+    int rc;
+    int64_t last = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (l->count == r->limit) {
+            snprintf(l->next, sizeof l->next, "%lld", (long long)last);
+            break;
+        }
+        int drc = ev_decode(st, &l->items[l->count]);
+        if (drc < 0) {
+            sq_op_fail(op, drc, "list: cannot read an event");
+            sq_done(st);
+            return;
+        }
+        last = sqlite3_column_int64(st, E_ID);
+        l->count++;
+    }
+    sq_done(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        sq_fail_sql(op, c, rc, "list events");
+        return;
+    }
+    op->rc = ONCE_OK;
+}
+
+static void op_redeliver(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
+    if (!st)
+        return;
+    sq_bind_text(st, 1, op->scope);
+    sq_bind_text(st, 2, op->event_id);
+    int rc = sqlite3_step(st);
+    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, E_ID) : 0;
+    sq_done(st);
+    if (rc == SQLITE_DONE) {
+        sq_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
+        return;
+    }
+    if (rc != SQLITE_ROW) {
+        sq_fail_sql(op, c, rc, "redeliver");
+        return;
+    }
+    if (!(st = ev_stmt(c, op, EV_REDELIVER)))
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, op->now);
+    if (sq_write_step(c, op, st, "redeliver") == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_sweep(sq_conn *c, sq_op *op)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SWEEP);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, op->now);
+    if (sq_write_step(c, op, st, "sweep events") == 0) {
+        op->count = (size_t)sqlite3_changes(c->db);
+        op->rc = ONCE_OK;
+    }
+}
+
+void sq_event_run(sq_conn *c, sq_op *op)
+{
+    switch (op->kind) {
+    case OP_EV_INSERT: op_insert(c, op); break;
+    case OP_EV_CLAIM: op_claim(c, op); break;
+    case OP_EV_SETTLE: op_settle(c, op); break;
+    case OP_EV_GET: op_get(c, op); break;
+    case OP_EV_LIST: op_list(c, op); break;
+    case OP_EV_REDELIVER: op_redeliver(c, op); break;
+    case OP_EV_SWEEP: op_sweep(c, op); break;
+    default: sq_op_fail(op, ONCE_EINVAL, "unknown operation %d", (int)op->kind); break;
+    }
+}
