@@ -35,6 +35,29 @@ typedef struct upstream_cfg {
     int line;              /* line of the section header, for messages */
 } upstream_cfg;
 
+/* [source.NAME]: a webhook sender (see docs/config.md). */
+typedef struct source_cfg {
+    char *name;            /* the section's NAME: the event source, 1-64 of [A-Za-z0-9._-] */
+    int verify;            /* verify = stripe|github|standard|slack|hmac-sha256|none (a sig_scheme) */
+    char **secrets;        /* secret / secret_file: comma-separated, several for rotation */
+    size_t nsecrets;
+    int insecure;          /* insecure = yes: required with verify = none */
+    char *event_id;        /* event_id = json:/pointer | header:Name; default per scheme */
+    int64_t tolerance_ms;  /* tolerance = 5m */
+    char *signature_header;   /* hmac-sha256 */
+    int signature_base64;     /* signature_encoding = hex (0) | base64 (1) */
+    char *signature_prefix;   /* optional */
+    char *deliver_to;      /* push URL; NULL = pull (inbox) */
+    char *deliver_secret;  /* optional whsec_<base64>: sign what we deliver */
+    int max_attempts;      /* max_attempts = 12 */
+    int64_t retry_base_ms; /* retry_base = 1s */
+    int64_t retry_cap_ms;  /* retry_cap = 1h */
+    int64_t retention_ms;  /* retention = 7d: the dedupe window */
+    int64_t timeout_ms;    /* timeout = 30s: of one push delivery */
+    int concurrency;       /* concurrency = 8: push deliveries in flight */
+    int line;
+} source_cfg;
+
 typedef struct once_config {
     char *path;            /* the file it was loaded from */
     char *listen;          /* [server] listen = 127.0.0.1:7600 */
@@ -50,6 +73,8 @@ typedef struct once_config {
     int64_t loop_interval_ms; /* loop_interval = 1s: lease expiry / hold / sweep */
     upstream_cfg *upstreams;
     size_t nupstreams;
+    source_cfg *sources;
+    size_t nsources;
 } once_config;
 
 /* Loads path into *cfg (zeroed first). On error returns a negative code,
@@ -61,6 +86,8 @@ void config_free(once_config *cfg);
 
 /* The upstream called name, or NULL. */
 const upstream_cfg *config_upstream(const once_config *cfg, const char *name);
+/* The webhook source called name, or NULL. */
+const source_cfg *config_source(const once_config *cfg, const char *name);
 
 /* "250ms", "30s", "5m", "24h", "7d" -> milliseconds. 0 or -1. */
 int config_parse_duration(const char *s, int64_t *ms);
