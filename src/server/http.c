@@ -21,6 +21,7 @@
 
 #include "ledger/internal.h"
 #include "server/http.h"
+#include "server/hooks.h"
 #include "server/log.h"
 #include "server/pct.h"
 #include "server/server.h"
@@ -229,6 +230,37 @@ static void route(req *r)
         memcpy(path, uri, plen);
         path[plen] = '\0';
         actions_handle(r, path, q ? q + 1 : "");
+        return;
+    }
+    if (plen > 10 && strncmp(uri, "/v1/hooks/", 10) == 0) {
+        /* No bearer token: a webhook is authenticated by its signature. */
+        r->route = "hooks";
+        char source[ONCE_SCOPE_MAX + 2];
+        if (pct_decode(uri + 10, plen - 10, source, sizeof source) < 0 || strchr(source, '/')) {
+            req_problem(r, 404, "unknown_source", "Unknown source", NULL, "no such webhook source");
+            return;
+        }
+        hooks_ingest(r, source);
+        return;
+    }
+    if (plen > 10 && strncmp(uri, "/v1/inbox/", 10) == 0) {
+        r->route = "inbox";
+        if (!auth_ok(r))
+            goto unauthorized;
+        const char *name = uri + 10;
+        const char *slash = memchr(name, '/', plen - 10);
+        char source[ONCE_SCOPE_MAX + 2];
+        const char *verb = slash ? slash + 1 : "";
+        size_t vlen = slash ? plen - (size_t)(verb - uri) : 0;
+        if (!slash || pct_decode(name, (size_t)(slash - name), source, sizeof source) < 0 ||
+            !((vlen == 5 && strncmp(verb, "claim", 5) == 0) || (vlen == 3 && strncmp(verb, "ack", 3) == 0) ||
+              (vlen == 4 && strncmp(verb, "nack", 4) == 0))) {
+            req_problem(r, 404, "not_found", "Not found", NULL, "use /v1/inbox/{source}/claim, ack or nack");
+            return;
+        }
+        char v[8];
+        snprintf(v, sizeof v, "%.*s", (int)vlen, verb);
+        inbox_handle(r, source, v);
         return;
     }
 #undef PATH_IS

@@ -30,11 +30,17 @@ typedef struct histogram {
     double sum;
 } histogram;
 
+/* Per scope (upstream or actions API) or per webhook source. */
 typedef struct scope_stats {
     char name[65];
     unsigned long long outcomes[MO_COUNT];
     histogram upstream;
+    unsigned long long webhooks[MW_COUNT];
+    unsigned long long deliveries[MD_COUNT];
 } scope_stats;
+
+static const char *const webhook_names[MW_COUNT] = {"accepted", "duplicate", "bad_signature", "no_event_id"};
+static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "dead"};
 
 struct metrics {
     pthread_mutex_t mu;
@@ -42,6 +48,7 @@ struct metrics {
     size_t nscopes;
     histogram commit;
     histogram batch;
+    histogram webhook_ack;
     unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
     unsigned long long lease_expired;
     unsigned long long auto_held;
@@ -134,6 +141,31 @@ void metrics_commit(void *arg, size_t batch, double seconds)
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_webhook(metrics *m, const char *source, metric_webhook w)
+{
+    if (!m || w >= MW_COUNT)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, source)->webhooks[w]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_delivery(metrics *m, const char *source, metric_delivery d)
+{
+    if (!m || d >= MD_COUNT)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, source)->deliveries[d]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_webhook_ack(metrics *m, double seconds)
+{
+    pthread_mutex_lock(&m->mu);
+    observe(&m->webhook_ack, seconds_buckets, NSEC, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_lease(metrics *m, size_t expired, size_t held)
 {
     pthread_mutex_lock(&m->mu);
@@ -197,6 +229,31 @@ int metrics_render(metrics *m, buf *b)
         snprintf(labels, sizeof labels, "scope=\"%s\"", s->name);
         rc |= render_hist(b, "once_upstream_seconds", labels, &s->upstream, seconds_buckets, NSEC);
     }
+    rc |= out(b, "# HELP once_webhooks_total Webhook requests by source and result.\n"
+                 "# TYPE once_webhooks_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        unsigned long long any = 0;
+        for (int w = 0; w < MW_COUNT; w++)
+            any += s->webhooks[w];
+        for (int w = 0; any && w < MW_COUNT; w++)
+            rc |= out(b, "once_webhooks_total{source=\"%s\",result=\"%s\"} %llu\n", s->name, webhook_names[w],
+                      s->webhooks[w]);
+    }
+    rc |= out(b, "# HELP once_deliveries_total Push deliveries to the agent by source and result.\n"
+                 "# TYPE once_deliveries_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        unsigned long long any = 0;
+        for (int d = 0; d < MD_COUNT; d++)
+            any += s->deliveries[d];
+        for (int d = 0; any && d < MD_COUNT; d++)
+            rc |= out(b, "once_deliveries_total{source=\"%s\",result=\"%s\"} %llu\n", s->name, delivery_names[d],
+                      s->deliveries[d]);
+    }
+    rc |= out(b, "# HELP once_webhook_ack_seconds From a webhook's arrival to its durable acknowledgement.\n"
+                 "# TYPE once_webhook_ack_seconds histogram\n");
+    rc |= render_hist(b, "once_webhook_ack_seconds", "", &m->webhook_ack, seconds_buckets, NSEC);
     rc |= out(b, "# HELP once_store_commit_seconds Durable group commits, BEGIN to synced COMMIT.\n"
                  "# TYPE once_store_commit_seconds histogram\n");
     rc |= render_hist(b, "once_store_commit_seconds", "", &m->commit, seconds_buckets, NSEC);

@@ -20,6 +20,9 @@ typedef enum metric_outcome {
     MO_COUNT
 } metric_outcome;
 
+typedef enum metric_webhook { MW_ACCEPTED, MW_DUPLICATE, MW_BAD_SIGNATURE, MW_NO_EVENT_ID, MW_COUNT } metric_webhook;
+typedef enum metric_delivery { MD_DELIVERED, MD_RETRIED, MD_DEAD, MD_COUNT } metric_delivery;
+
 typedef struct metrics metrics;
 
 int metrics_init(metrics **out);
@@ -34,6 +37,10 @@ void metrics_http(metrics *m, unsigned status);
 /* Fits once_commit_hook: counts a group commit. */
 void metrics_commit(void *m, size_t batch, double seconds);
 void metrics_lease(metrics *m, size_t expired, size_t held);
+void metrics_webhook(metrics *m, const char *source, metric_webhook w);
+void metrics_delivery(metrics *m, const char *source, metric_delivery d);
+/* Time from a webhook's arrival to its durable acknowledgement. */
+void metrics_webhook_ack(metrics *m, double seconds);
 
 /* Appends the whole registry to out. 0 or -1 (out of memory). */
 int metrics_render(metrics *m, buf *out);

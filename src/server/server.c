@@ -19,6 +19,7 @@
 
 #include <curl/curl.h>
 
+#include "server/hooks.h"
 #include "server/http.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -50,8 +51,13 @@ static void *loop_main(void *arg)
         int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
         if (rc == ONCE_OK)
             rc = once_hold_unknown(srv->store, NULL, HELD_REASON, &held);
-        if (rc == ONCE_OK && tick++ % SWEEP_EVERY == 0)
+        if (rc == ONCE_OK && tick++ % SWEEP_EVERY == 0) {
+            size_t events = 0;
             rc = once_sweep(srv->store, once_now_ms(), &swept);
+            if (rc == ONCE_OK)
+                rc = once_event_sweep(srv->store, once_now_ms(), &events);
+            swept += events;
+        }
         if (rc < 0)
             log_event("error", "background loop: %s: %s", once_strerror(rc), once_errdetail());
         if (expired || held)
@@ -144,6 +150,15 @@ int server_run(once_config *cfg)
         goto out;
     }
     once_store_set_commit_hook(srv.store, metrics_commit, srv.metrics);
+    if (hooks_start(&srv) < 0)
+        goto out;
+    int pushes = 0;
+    for (size_t i = 0; i < cfg->nsources; i++)
+        pushes |= cfg->sources[i].deliver_to != NULL;
+    if (pushes && delivery_start(&srv) < 0) {
+        log_event("error", "cannot start the delivery thread");
+        goto out;
+    }
 
     size_t nl = 1;
     for (size_t i = 0; i < cfg->nupstreams; i++)
@@ -178,7 +193,8 @@ int server_run(once_config *cfg)
         goto out;
     }
     loop_started = 1;
-    log_event("info", "once %s serving with store %s, %zu upstream(s)", ONCE_VERSION, cfg->store, cfg->nupstreams);
+    log_event("info", "once %s serving with store %s, %zu upstream(s), %zu webhook source(s)", ONCE_VERSION,
+              cfg->store, cfg->nupstreams, cfg->nsources);
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -195,7 +211,9 @@ out:
     if (srv.ndaemons)
         drain(&srv, cfg->grace_ms);
     waiters_stop(srv.waiters);
+    delivery_quiesce(&srv);
     outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
+    delivery_stop(&srv);   /* settles the deliveries the stop aborted */
     worker_stop(srv.worker);
     size_t left = srv.ndaemons ? drain(&srv, 30000) : 0;
     if (left)
@@ -209,6 +227,7 @@ out:
         pthread_mutex_unlock(&lp.mu);
         pthread_join(lp.thread, NULL);
     }
+    hooks_stop(&srv);
     once_store_close(srv.store);
     metrics_free(srv.metrics);
     free(srv.daemons);

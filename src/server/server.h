@@ -26,6 +26,8 @@
 
 typedef struct waiters waiters;
 typedef struct worker worker;
+typedef struct delivery delivery;
+typedef struct source_rt source_rt;
 
 typedef struct server {
     once_config *cfg;
@@ -34,6 +36,8 @@ typedef struct server {
     metrics *metrics;
     waiters *waiters;
     worker *worker;
+    source_rt *sources;  /* one per cfg->sources */
+    delivery *delivery;
     struct MHD_Daemon **daemons;
     size_t ndaemons;
     pthread_mutex_t mu;

@@ -1,0 +1,286 @@
+/*
+ * delivery.c — pushing webhook events to the agent (deliver_to).
+ *
+ * One thread owns the event state on this node: it claims due events (a
+ * claim is a receipt and a lease in the store, so N nodes never deliver the
+ * same event at once, and a node killed mid-delivery only delays it until
+ * the lease ends), hands each POST to the outbound client, and settles the
+ * results the outbound thread queues back: 2xx is delivered; anything else
+ * is retried after base * 2^(attempt-1) with full jitter, capped, until
+ * max_attempts, then dead. Delivery is at-least-once with a stable
+ * Once-Event-Id: the agent dedupes its own actions with it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "server/hooks.h"
+#include "server/log.h"
+
+#define IDLE_WAIT_MS 500
+#define CLAIM_GRACE_MS 30000 /* a claim outlives the call's timeout by this */
+
+typedef struct job {
+    struct job *next;
+    delivery *d;
+    source_rt *src;
+    once_event ev;
+    char *headers[8];
+    size_t nheaders;
+    out_call call;
+} job;
+
+struct delivery {
+    server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *done;       /* finished calls, queued by the outbound thread */
+    int kicked;
+    int quiesced;
+    int stop;
+    size_t running;  /* calls handed to the outbound client */
+    pthread_t thread;
+};
+
+static void job_free(job *j)
+{
+    for (size_t i = 0; i < j->nheaders; i++)
+        free(j->headers[i]);
+    once_event_free(&j->ev);
+    out_call_clear(&j->call);
+    free(j);
+}
+
+/* Runs on the outbound thread: queue the result for the delivery thread. */
+static void on_delivered(out_call *c)
+{
+    job *j = c->ctx;
+    delivery *d = j->d;
+    pthread_mutex_lock(&d->mu);
+    j->next = d->done;
+    d->done = j;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))]. */
+static int64_t backoff_ms(const source_cfg *sc, int64_t attempt)
+{
+    int64_t delay = sc->retry_base_ms;
+    for (int64_t i = 1; i < attempt && delay < sc->retry_cap_ms; i++)
+        delay *= 2;
+    if (delay > sc->retry_cap_ms)
+        delay = sc->retry_cap_ms;
+    uint64_t rnd = 0;
+    if (RAND_bytes((unsigned char *)&rnd, sizeof rnd) != 1)
+        rnd = (uint64_t)time(NULL) * 2654435761u;
+    return delay > 0 ? (int64_t)(rnd % (uint64_t)(delay + 1)) : 0;
+}
+
+static void settle(delivery *d, job *j)
+{
+    server *srv = d->srv;
+    const source_cfg *sc = j->src->cfg;
+    out_call *c = &j->call;
+    int ok = c->kind == OUT_ANSWERED && c->status >= 200 && c->status < 300;
+    int rc;
+    if (ok) {
+        rc = once_event_ack(srv->store, sc->name, j->ev.receipt);
+        metrics_delivery(srv->metrics, sc->name, MD_DELIVERED);
+    } else {
+        char why[320];
+        if (c->kind == OUT_ANSWERED)
+            snprintf(why, sizeof why, "the agent answered %ld", c->status);
+        else
+            snprintf(why, sizeof why, "%s", c->error[0] ? c->error : "delivery failed");
+        int dead = j->ev.attempt >= sc->max_attempts;
+        int64_t delay = dead ? 0 : backoff_ms(sc, j->ev.attempt);
+        rc = once_event_retry(srv->store, sc->name, j->ev.receipt, delay, dead, why);
+        metrics_delivery(srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
+        if (dead)
+            log_event("warn", "source %s: event %s is dead after %lld attempts: %s", sc->name, j->ev.event_id,
+                      (long long)j->ev.attempt, why);
+    }
+    /* A stale receipt means the claim ran out and another claim owns the
+     * event now: it is delivered again, which at-least-once allows. */
+    if (rc < 0 && rc != ONCE_ESTALE)
+        log_event("error", "source %s: event %s: cannot record the delivery: %s", sc->name, j->ev.event_id,
+                  once_errdetail());
+    j->src->in_flight--;
+    d->running--;
+}
+
+static int header_add(job *j, const char *name, const char *value)
+{
+    if (j->nheaders >= sizeof j->headers / sizeof j->headers[0])
+        return -1;
+    size_t n = strlen(name) + strlen(value) + 3;
+    char *h = malloc(n);
+    if (!h)
+        return -1;
+    snprintf(h, n, "%s: %s", name, value);
+    j->headers[j->nheaders++] = h;
+    return 0;
+}
+
+static int job_start(delivery *d, source_rt *src, once_event *ev)
+{
+    const source_cfg *sc = src->cfg;
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        once_event_free(ev);
+        return -1;
+    }
+    j->d = d;
+    j->src = src;
+    j->ev = *ev; /* takes ownership */
+    memset(ev, 0, sizeof *ev);
+    char attempt[24], ts[24];
+    snprintf(attempt, sizeof attempt, "%lld", (long long)j->ev.attempt);
+    int64_t now_s = once_now_ms() / 1000;
+    snprintf(ts, sizeof ts, "%lld", (long long)now_s);
+    int bad = header_add(j, "Content-Type", j->ev.content_type ? j->ev.content_type : "application/octet-stream") < 0 ||
+              header_add(j, "Once-Event-Id", j->ev.event_id) < 0 || header_add(j, "Once-Source", sc->name) < 0 ||
+              header_add(j, "Once-Attempt", attempt) < 0;
+    if (!bad && src->signer) {
+        /* Standard Webhooks: the agent can check the event came from us. */
+        char sig[128];
+        bad = sig_sign_standard(src->signer, j->ev.event_id, now_s, j->ev.body, j->ev.body_len, sig, sizeof sig) < 0 ||
+              header_add(j, "webhook-id", j->ev.event_id) < 0 || header_add(j, "webhook-timestamp", ts) < 0 ||
+              header_add(j, "webhook-signature", sig) < 0;
+    }
+    out_call *c = &j->call;
+    c->method = "POST";
+    c->url = sc->deliver_to;
+    c->headers = (const char *const *)j->headers;
+    c->nheaders = j->nheaders;
+    c->body = j->ev.body;
+    c->body_len = j->ev.body_len;
+    c->timeout_ms = sc->timeout_ms;
+    c->max_response = 64 * 1024;
+    c->done = on_delivered;
+    c->ctx = j;
+    if (bad || outbound_submit(d->srv->ob, c) < 0) {
+        /* Not sent: the claim is given back now rather than at its lease. */
+        once_event_retry(d->srv->store, sc->name, j->ev.receipt, 0, 0, "the gateway could not start the delivery");
+        job_free(j);
+        return -1;
+    }
+    src->in_flight++;
+    d->running++;
+    return 0;
+}
+
+static void claim_due(delivery *d)
+{
+    server *srv = d->srv;
+    for (size_t i = 0; i < srv->cfg->nsources; i++) {
+        source_rt *src = &srv->sources[i];
+        const source_cfg *sc = src->cfg;
+        if (!sc->deliver_to || src->in_flight >= (size_t)sc->concurrency)
+            continue;
+        once_event_list l;
+        size_t room = (size_t)sc->concurrency - src->in_flight;
+        int rc = once_event_claim(srv->store, sc->name, room, sc->timeout_ms + CLAIM_GRACE_MS, &l);
+        if (rc < 0) {
+            log_event("error", "source %s: cannot claim events: %s", sc->name, once_errdetail());
+            continue;
+        }
+        for (size_t k = 0; k < l.count; k++)
+            job_start(d, src, &l.items[k]);
+        once_event_list_free(&l);
+    }
+}
+
+static void *delivery_main(void *arg)
+{
+    delivery *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        job *done = d->done;
+        d->done = NULL;
+        int quiesced = d->quiesced, stop = d->stop;
+        d->kicked = 0;
+        pthread_mutex_unlock(&d->mu);
+        while (done) {
+            job *j = done;
+            done = j->next;
+            settle(d, j);
+            job_free(j);
+        }
+        if (stop && d->running == 0)
+            break;
+        if (!quiesced)
+            claim_due(d);
+        pthread_mutex_lock(&d->mu);
+        if (!d->done && !d->kicked && !d->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + IDLE_WAIT_MS * 1000000L;
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+        }
+    }
+    return NULL;
+}
+
+int delivery_start(server *srv)
+{
+    delivery *d = calloc(1, sizeof *d);
+    if (!d)
+        return -1;
+    d->srv = srv;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (pthread_create(&d->thread, NULL, delivery_main, d) != 0) {
+        pthread_cond_destroy(&d->cv);
+        pthread_mutex_destroy(&d->mu);
+        free(d);
+        return -1;
+    }
+    srv->delivery = d;
+    return 0;
+}
+
+void delivery_kick(server *srv)
+{
+    delivery *d = srv->delivery;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->kicked = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void delivery_quiesce(server *srv)
+{
+    delivery *d = srv->delivery;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->quiesced = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void delivery_stop(server *srv)
+{
+    delivery *d = srv->delivery;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->quiesced = 1;
+    d->stop = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    srv->delivery = NULL;
+}

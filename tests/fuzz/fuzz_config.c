@@ -1,0 +1,78 @@
+/*
+ * fuzz_config.c — libFuzzer target for the gateway's configuration loader:
+ * the input is loaded as a whole config file (through fmemopen, so the
+ * line reader, inih and every setter see it exactly as a file), and is also
+ * given raw to the duration, size and listen parsers.
+ *
+ * config.c is not part of libonce, so it is compiled into the target.
+ * *_file keys may name real files; the loader only opens regular files of
+ * at most 1 MiB, so that is harmless.
+ */
+#include "server/config.c"
+
+#include <stddef.h>
+#include <stdint.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Checks what the loader promises whatever the input: on success a
+ * complete config, on failure an empty one and a one-line message. */
+static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
+{
+    if (rc != 0) {
+        if (cfg->path != NULL || cfg->upstreams != NULL || cfg->nupstreams != 0 || err[0] == '\0' ||
+            strchr(err, '\n') != NULL)
+            __builtin_trap();
+        return;
+    }
+    if (cfg->listen == NULL || cfg->store == NULL || cfg->lease_ms <= 0 || cfg->max_body == 0)
+        __builtin_trap();
+    for (size_t i = 0; i < cfg->nupstreams; i++) {
+        const upstream_cfg *u = &cfg->upstreams[i];
+        size_t len = strlen(u->url);
+        if (len == 0 || u->url[len - 1] == '/' || u->lease_ms <= u->timeout_ms ||
+            u->retention_ms <= 0 || config_upstream(cfg, u->name) != u)
+            __builtin_trap();
+        for (size_t j = 0; j < u->nheaders; j++) {
+            if (strchr(u->headers[j], '\n') != NULL || strchr(u->headers[j], '\r') != NULL)
+                __builtin_trap();
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* The raw input, NUL-terminated, for the string parsers. */
+    char *s = malloc(size + 1);
+    if (s == NULL)
+        return 0;
+    if (size > 0)
+        memcpy(s, data, size);
+    s[size] = '\0';
+
+    int64_t ms;
+    size_t bytes;
+    char host[64];
+    unsigned port;
+    if (config_parse_duration(s, &ms) == 0 && ms < 0)
+        __builtin_trap();
+    (void)config_parse_size(s, &bytes);
+    if (config_parse_listen(s, host, sizeof host, &port) == 0 && (port == 0 || port > 65535))
+        __builtin_trap();
+    (void)config_parse_listen(s, host, 8, &port);
+
+    /* The input as a file. fmemopen wants a non-empty buffer. */
+    if (size > 0) {
+        FILE *fp = fmemopen(s, size, "r");
+        if (fp != NULL) {
+            once_config cfg;
+            char err[256];
+            int rc = config_load_stream(fp, "fuzz.ini", &cfg, err, sizeof err);
+            fuzz_check_config(rc, &cfg, err);
+            config_free(&cfg);
+            fclose(fp);
+        }
+    }
+    free(s);
+    return 0;
+}
