@@ -410,7 +410,8 @@ int once_event_sweep(once_store *store, int64_t now, size_t *count);
 
 /* As once_reserve. Returns 1 when one indexed read already answered
  * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD): *out is filled and cb will not run;
- * 0 when queued: *out is filled before cb runs. */
+ * 0 when queued: *out is filled before cb runs. An in-memory store has no
+ * read connections: it always queues (returns 0) and answers through cb. */
 int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
                        void *ctx);
 int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,

@@ -153,7 +153,7 @@ int once_list_events(once_store *store, const once_event_list_req *req, once_eve
     int64_t after = 0;
     if (req->cursor && *req->cursor) {
         size_t n = strnlen(req->cursor, ONCE_CURSOR_MAX);
-        if (n >= 19)
+        if (n > 18)
             return once_fail(ONCE_EINVAL, "cursor: malformed");
         for (size_t i = 0; i < n; i++) {
             if (req->cursor[i] < '0' || req->cursor[i] > '9')

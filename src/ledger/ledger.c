@@ -214,7 +214,8 @@ static int cursor_parse(const char *cursor, int64_t *after)
     if (!cursor || !*cursor)
         return ONCE_OK;
     size_t n = strnlen(cursor, ONCE_CURSOR_MAX);
-    if (n >= 20)
+    /* 18 digits always fit an int64_t; ids never come near that. */
+    if (n > 18)
         return once_fail(ONCE_EINVAL, "cursor: malformed");
     int64_t v = 0;
     for (size_t i = 0; i < n; i++) {

@@ -151,8 +151,10 @@ static int event_id_take(ingest *g, char *why, size_t whylen)
         snprintf(g->event_id, sizeof g->event_id, "%s", v);
     } else {
         const char *ptr = spec + 5; /* "json:" */
+        /* Duplicate keys refused: two "id"s could dedupe on one while the
+         * agent reads the other. */
         json_t *doc = json_loadb((const char *)(r->body.data ? r->body.data : (const uint8_t *)""), r->body.len,
-                                 0, NULL);
+                                 JSON_REJECT_DUPLICATES, NULL);
         if (!doc) {
             snprintf(why, whylen, "the body is not JSON, so it has no event id at %s", ptr);
             return -1;

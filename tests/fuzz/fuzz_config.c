@@ -1,7 +1,8 @@
 /*
  * fuzz_config.c — libFuzzer target for the gateway's configuration loader:
  * the input is loaded as a whole config file (through fmemopen, so the
- * line reader, inih and every setter see it exactly as a file), and is also
+ * line reader, inih and every setter see it exactly as a file: [server],
+ * [upstream.NAME] and [source.NAME] alike), and is also
  * given raw to the duration, size and listen parsers.
  *
  * config.c is not part of libonce, so it is compiled into the target.
@@ -20,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
 {
     if (rc != 0) {
-        if (cfg->path != NULL || cfg->upstreams != NULL || cfg->nupstreams != 0 || err[0] == '\0' ||
+        if (cfg->path != NULL || cfg->upstreams != NULL || cfg->nupstreams != 0 ||
+            cfg->sources != NULL || cfg->nsources != 0 || err[0] == '\0' ||
             strchr(err, '\n') != NULL)
             __builtin_trap();
         return;
@@ -35,6 +37,26 @@ static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
             __builtin_trap();
         for (size_t j = 0; j < u->nheaders; j++) {
             if (strchr(u->headers[j], '\n') != NULL || strchr(u->headers[j], '\r') != NULL)
+                __builtin_trap();
+        }
+    }
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        const source_cfg *s = &cfg->sources[i];
+        /* What hooks.c and delivery.c rely on without checking again. */
+        if (config_source(cfg, s->name) != s || s->event_id == NULL ||
+            (strncmp(s->event_id, "json:", 5) != 0 && strncmp(s->event_id, "header:", 7) != 0) ||
+            s->verify < SIG_NONE || s->verify > SIG_HMAC_SHA256 ||
+            (s->verify == SIG_NONE) != (s->nsecrets == 0) ||
+            (s->verify == SIG_NONE && !s->insecure) || s->nsecrets > CONFIG_MAX_SECRETS ||
+            (s->verify == SIG_HMAC_SHA256 && s->signature_header == NULL) ||
+            s->tolerance_ms <= 0 || s->max_attempts < 1 || s->retry_base_ms <= 0 ||
+            s->retry_cap_ms < s->retry_base_ms || s->retention_ms <= 0 || s->timeout_ms <= 0 ||
+            s->concurrency < 1 || (s->deliver_to == NULL && s->deliver_secret != NULL))
+            __builtin_trap();
+        for (size_t j = 0; j < s->nsecrets; j++) {
+            if (s->secrets[j][0] == '\0' || config_has_ctl(s->secrets[j], 0) ||
+                (s->verify == SIG_STANDARD &&
+                 !config_is_whsec(s->secrets[j], strlen(s->secrets[j]))))
                 __builtin_trap();
         }
     }
