@@ -46,6 +46,7 @@ extern const cli_command cli_cmd_resolve;
 extern const cli_command cli_cmd_gc;
 extern const cli_command cli_cmd_serve;
 extern const cli_command cli_cmd_check_config;
+extern const cli_command cli_cmd_hooks;
 
 /* ---- errors (cli_util.c) ---- */
 

@@ -30,7 +30,8 @@ static const cli_command main_cmd_version = {
 
 static const cli_command *const main_commands[] = {
     &cli_cmd_serve, &cli_cmd_check_config, &cli_cmd_ls,       &cli_cmd_show,
-    &cli_cmd_resolve, &cli_cmd_gc,          &main_cmd_version, &main_cmd_help,
+    &cli_cmd_resolve, &cli_cmd_gc,          &cli_cmd_hooks,    &main_cmd_version,
+    &main_cmd_help,
 };
 
 #define MAIN_NCOMMANDS (sizeof main_commands / sizeof main_commands[0])

@@ -176,6 +176,7 @@ static void reserve_answer(act *a)
     }
     case ONCE_IN_FLIGHT:
         metrics_action(m, a->scope, MO_IN_FLIGHT);
+        req_set_header(r, "Retry-After", "1");
         req_problem(r, 409, "key_in_flight", "Key in flight",
                     json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", time_json(res->lease_expires_at)),
                     "another attempt holds this key");
@@ -433,6 +434,7 @@ static void actions_resolve(req *r, const char *scope, const char *key)
 
 static void method_not_allowed(req *r, const char *allow)
 {
+    req_set_header(r, "Allow", allow);
     req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", allow),
                 "use %s", allow);
 }

@@ -31,8 +31,12 @@
  * Order of precedence: defaults < the file < environment (ONCE_LISTEN,
  * ONCE_STORE, when set and not empty; applied here, after the file) < command
  * line flags (applied by the caller, after config_load). Defaults that depend
- * on other keys (an upstream's lease and retention) are computed once the
- * whole file is read, since [server] may come after the upstreams.
+ * on other keys (an upstream's lease and retention, a source's event_id) are
+ * computed once the whole file is read, since [server] may come after the
+ * upstreams and a source's verify may come after its other keys; for the
+ * same reason the checks that involve several keys of a section (verify =
+ * none without insecure = yes, a standard secret that is not whsec_...) are
+ * made then, each naming the line of the key it is about.
  */
 #include "server/config.h"
 
@@ -47,6 +51,7 @@
 
 #include <ini.h>
 
+#include "ledger/webhook_sig.h" /* the sig_scheme values only: nothing here links against it */
 #include "once/once.h"
 
 #define CONFIG_DEFAULT_LISTEN "127.0.0.1:7600"
@@ -63,6 +68,19 @@
 /* An upstream's default lease outlives its timeout by this much, so a
  * reservation cannot expire while its request may still be in flight. */
 #define CONFIG_LEASE_MARGIN_MS 5000
+/* [source.NAME] defaults. */
+#define CONFIG_SRC_TOLERANCE_MS (5 * 60 * 1000LL)
+#define CONFIG_SRC_MAX_ATTEMPTS 12
+#define CONFIG_SRC_RETRY_BASE_MS 1000
+#define CONFIG_SRC_RETRY_CAP_MS (3600 * 1000LL)
+#define CONFIG_SRC_RETENTION_MS (7 * 86400 * 1000LL)
+#define CONFIG_SRC_TIMEOUT_MS 30000
+#define CONFIG_SRC_CONCURRENCY 8
+#define CONFIG_SRC_LIMIT 1000 /* max_attempts and concurrency: 1..this */
+/* webhook_sig's own limits (SIG_MAX_SECRETS, SIG_MAX_SECRET_LEN), checked
+ * here too so a mistake is reported at its line rather than at start-up. */
+#define CONFIG_MAX_SECRETS 16
+#define CONFIG_MAX_SECRET_LEN 4096
 
 #define CONFIG_MAX_THREADS 1024
 #define CONFIG_MAX_CONNECTIONS_LIMIT 1048576u
@@ -74,7 +92,23 @@
 /* Enough for an IPv6 literal or "localhost". */
 #define CONFIG_HOST_MAX 64
 
-enum config_section_kind { CONFIG_SEC_NONE = 0, CONFIG_SEC_SERVER, CONFIG_SEC_UPSTREAM };
+enum config_section_kind {
+    CONFIG_SEC_NONE = 0,
+    CONFIG_SEC_SERVER,
+    CONFIG_SEC_UPSTREAM,
+    CONFIG_SEC_SOURCE
+};
+
+/* Keys per table, bounded so a section's seen keys fit one 64-bit mask. */
+#define CONFIG_MAX_KEYS 64
+
+/* What the loader remembers of a [source.NAME] while reading it: which keys
+ * it set and on which line, for the checks made after the file (they depend
+ * on verify, which may come last) to name the line they are about. */
+typedef struct config_src_state {
+    uint64_t seen;
+    int line[CONFIG_MAX_KEYS]; /* by index in config_keys */
+} config_src_state;
 
 typedef struct config_ctx config_ctx;
 typedef int (*config_setter)(config_ctx *c, const char *v);
@@ -95,10 +129,12 @@ struct config_ctx {
     size_t linecap;
     int lineno;
     int kind;             /* enum config_section_kind of the current section */
-    size_t cur;           /* current upstream when kind is CONFIG_SEC_UPSTREAM */
+    size_t cur;           /* current upstream or source (by kind) */
     size_t upcap;
-    uint32_t server_seen; /* bits of config_keys seen in [server] */
-    uint32_t *up_seen;    /* the same per upstream (parallel to cfg->upstreams) */
+    size_t srccap;
+    uint64_t server_seen; /* bits of config_keys seen in [server] */
+    uint64_t *up_seen;    /* the same per upstream (parallel to cfg->upstreams) */
+    config_src_state *src; /* per source (parallel to cfg->sources) */
     int server_line;
     const char *key;      /* the key being set, for messages */
     const char *raw;      /* its value as written, for messages */
@@ -794,11 +830,14 @@ static upstream_cfg *config_cur(config_ctx *c)
     return &c->cfg->upstreams[c->cur];
 }
 
-/* Checks that v is an http(s) base URL with a host (and at most a port and a
- * path), and stores it without trailing slashes, so the proxy can append
- * "/path" as it is. Userinfo, query and fragment are refused: credentials go
- * in a header, and a query cannot take a path after it. */
-static int config_set_up_url(config_ctx *c, const char *v)
+/* Checks that v is an http(s) URL with a host (and at most a port and a
+ * path) and stores it in *dst. A base URL (an upstream's) is stored without
+ * trailing slashes, so the proxy can append "/path" as it is; an endpoint
+ * (a source's deliver_to) is kept as written, since "/events/" and
+ * "/events" may be different resources. Userinfo, query and fragment are
+ * refused: credentials go in a header, and a query cannot take a path
+ * after it. */
+static int config_want_url(config_ctx *c, const char *v, char **dst, int base)
 {
     char q[CONFIG_QUOTE_MAX];
     const char *rest;
@@ -814,8 +853,8 @@ static int config_set_up_url(config_ctx *c, const char *v)
         if (ch <= 0x20 || ch >= 0x7f || ch == '?' || ch == '#')
             return config_fail(c,
                                "%s: '%s': spaces, control characters, non-ASCII, '?' and '#' are "
-                               "not allowed in a base URL",
-                               c->key, config_raw(c, q, sizeof q));
+                               "not allowed in %s",
+                               c->key, config_raw(c, q, sizeof q), base ? "a base URL" : "the URL");
     }
     size_t alen = strcspn(rest, "/");
     const char *path = rest + alen;
@@ -866,14 +905,19 @@ static int config_set_up_url(config_ctx *c, const char *v)
             return config_fail(c, "%s: '%s': bad port", c->key, config_raw(c, q, sizeof q));
     }
     size_t len = strlen(v);
-    while (len > 0 && v + len > path && v[len - 1] == '/')
+    while (base && len > 0 && v + len > path && v[len - 1] == '/')
         len--;
     char *copy = strndup(v, len);
     if (copy == NULL)
         return config_fail_oom(c);
-    free(config_cur(c)->url);
-    config_cur(c)->url = copy;
+    free(*dst);
+    *dst = copy;
     return 0;
+}
+
+static int config_set_up_url(config_ctx *c, const char *v)
+{
+    return config_want_url(c, v, &config_cur(c)->url, 1);
 }
 
 static int config_set_up_header(config_ctx *c, const char *v)
@@ -1024,6 +1068,315 @@ static int config_set_up_max_response(config_ctx *c, const char *v)
     return config_want_size(c, v, &config_cur(c)->max_response);
 }
 
+/* ---- setters: [source.NAME] ------------------------------------------------------- */
+
+static source_cfg *config_cur_src(config_ctx *c)
+{
+    return &c->cfg->sources[c->cur];
+}
+
+/* The verify schemes: config name, sig_scheme value, the event_id used when
+ * the source gives none (NULL: no id the sender always sends, so it must be
+ * given), and whether the scheme signs a timestamp (tolerance applies). The
+ * names are webhook_sig's; they are listed here rather than taken from
+ * sig_scheme_parse so the loader does not link against the verifier. */
+static const struct {
+    const char *name;
+    int scheme;
+    const char *event_id;
+    int timestamp;
+} config_schemes[] = {
+    {"stripe", SIG_STRIPE, "json:/id", 1},
+    {"github", SIG_GITHUB, "header:X-GitHub-Delivery", 0},
+    {"standard", SIG_STANDARD, "header:webhook-id", 1},
+    {"slack", SIG_SLACK, "json:/event_id", 1},
+    {"hmac-sha256", SIG_HMAC_SHA256, NULL, 0},
+    {"none", SIG_NONE, NULL, 0},
+};
+
+#define CONFIG_NSCHEMES (sizeof config_schemes / sizeof config_schemes[0])
+
+/* The config_schemes entry of a sig_scheme value (verify, once set, is
+ * always one of them). */
+static size_t config_scheme_index(int scheme)
+{
+    for (size_t i = 0; i < CONFIG_NSCHEMES; i++) {
+        if (config_schemes[i].scheme == scheme)
+            return i;
+    }
+    return 0;
+}
+
+/* The standard base64 value of ch (RFC 4648 §4), or -1. */
+static int config_b64val(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+/* Whether s[0..n) is "whsec_" and strict base64 of at least one byte — the
+ * same rule as webhook_sig's decoder (correct '=' padding or none, no stray
+ * characters, zero unused bits), so a key accepted here is accepted when the
+ * verifier or signer is built at start-up. */
+static int config_is_whsec(const char *s, size_t n)
+{
+    static const char pfx[] = "whsec_";
+    const size_t pl = sizeof pfx - 1;
+    if (n <= pl || memcmp(s, pfx, pl) != 0)
+        return 0;
+    s += pl;
+    n -= pl;
+    size_t pad = 0;
+    if (n >= 4 && n % 4 == 0) {
+        if (s[n - 1] == '=')
+            pad++;
+        if (pad == 1 && s[n - 2] == '=')
+            pad++;
+    }
+    size_t m = n - pad;
+    size_t rem = m % 4;
+    if (m == 0 || rem == 1 || (pad == 1 && rem != 3) || (pad == 2 && rem != 2))
+        return 0;
+    int last = 0;
+    for (size_t i = 0; i < m; i++) {
+        last = config_b64val((unsigned char)s[i]);
+        if (last < 0)
+            return 0;
+    }
+    /* The bits of the last character that fall outside the last byte. */
+    if ((rem == 2 && (last & 0xf) != 0) || (rem == 3 && (last & 0x3) != 0))
+        return 0;
+    return 1;
+}
+
+/* Splits "a, b" into secrets appended to the current source: each trimmed,
+ * not empty, without control characters (a CR from a CRLF file, or a
+ * newline from a variable, would never match), within webhook_sig's limits.
+ * where is "" for the secret key or "'FILE' line N: " for a secret_file
+ * line. Secrets are never shown in a message, only their position. */
+static int config_add_secrets_where(config_ctx *c, const char *where, const char *s, size_t n)
+{
+    source_cfg *src = config_cur_src(c);
+    const char *end = s + n;
+    for (const char *p = s;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma != NULL ? comma : end;
+        const char *b = p;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        size_t len = (size_t)(e - b);
+        size_t nth = src->nsecrets + 1;
+        if (len == 0)
+            return config_fail(c, "%s: %ssecret %zu is empty", c->key, where, nth);
+        if (len > CONFIG_MAX_SECRET_LEN)
+            return config_fail(c, "%s: %ssecret %zu is longer than %d bytes", c->key, where, nth,
+                               CONFIG_MAX_SECRET_LEN);
+        for (size_t i = 0; i < len; i++) {
+            unsigned char ch = (unsigned char)b[i];
+            if (ch < 0x20 || ch == 0x7f)
+                return config_fail(c, "%s: %ssecret %zu contains a control character", c->key,
+                                   where, nth);
+        }
+        if (src->nsecrets >= CONFIG_MAX_SECRETS)
+            return config_fail(c, "%s: %sat most %d secrets", c->key, where, CONFIG_MAX_SECRETS);
+        if (config_push_str(&src->secrets, &src->nsecrets, b, len) != 0)
+            return config_fail_oom(c);
+        if (comma == NULL)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+static int config_add_secret_line(config_ctx *c, const char *fname, int fline, const char *s,
+                                  size_t n)
+{
+    char where[CONFIG_QUOTE_MAX * 2 + 32];
+    snprintf(where, sizeof where, "'%s' line %d: ", fname, fline);
+    return config_add_secrets_where(c, where, s, n);
+}
+
+static uint64_t config_key_bit(int kind, const char *name);
+
+/* secret and secret_file are two ways of saying the same thing: both at
+ * once is refused rather than merged, so it is clear which secrets are on. */
+static int config_src_one_secret_key(config_ctx *c, const char *other)
+{
+    if ((c->src[c->cur].seen & config_key_bit(CONFIG_SEC_SOURCE, other)) != 0)
+        return config_fail(c, "%s: the secrets are already given by %s; use one of them", c->key,
+                           other);
+    return 0;
+}
+
+static int config_set_src_verify(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    for (size_t i = 0; i < CONFIG_NSCHEMES; i++) {
+        if (strcmp(v, config_schemes[i].name) == 0) {
+            config_cur_src(c)->verify = config_schemes[i].scheme;
+            return 0;
+        }
+    }
+    return config_fail(c, "%s: '%s' is not stripe, github, standard, slack, hmac-sha256 or none",
+                       c->key, config_raw(c, q, sizeof q));
+}
+
+static int config_set_src_secret(config_ctx *c, const char *v)
+{
+    if (config_src_one_secret_key(c, "secret_file") != 0)
+        return -1;
+    return config_add_secrets_where(c, "", v, strlen(v));
+}
+
+static int config_set_src_secret_file(config_ctx *c, const char *v)
+{
+    if (config_src_one_secret_key(c, "secret") != 0)
+        return -1;
+    return config_read_file(c, v, config_add_secret_line) < 0 ? -1 : 0;
+}
+
+static int config_set_src_insecure(config_ctx *c, const char *v)
+{
+    return config_want_bool(c, v, &config_cur_src(c)->insecure);
+}
+
+/* json:POINTER (RFC 6901: empty, or '/' then tokens where '~' is only ever
+ * "~0" or "~1") or header:NAME (a header token). */
+static int config_set_src_event_id(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strncmp(v, "json:", 5) == 0) {
+        const char *ptr = v + 5;
+        int ok = (ptr[0] == '\0' || ptr[0] == '/') && !config_has_ctl(ptr, 0);
+        for (const char *p = ptr; ok && *p != '\0'; p++)
+            ok = *p != '~' || p[1] == '0' || p[1] == '1';
+        if (!ok)
+            return config_fail(c,
+                               "%s: '%s' is not a JSON pointer (json: then nothing or /a/b, "
+                               "with ~0 for '~' and ~1 for '/')",
+                               c->key, config_raw(c, q, sizeof q));
+    } else if (strncmp(v, "header:", 7) == 0) {
+        if (!config_is_token(v + 7, strlen(v + 7)))
+            return config_fail(c, "%s: '%s' is not header: then a valid header name", c->key,
+                               config_raw(c, q, sizeof q));
+    } else {
+        return config_fail(c, "%s: '%s' is not json:/POINTER or header:NAME", c->key,
+                           config_raw(c, q, sizeof q));
+    }
+    if (config_set_str(&config_cur_src(c)->event_id, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_set_src_tolerance(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur_src(c)->tolerance_ms);
+}
+
+static int config_set_src_signature_header(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (!config_is_token(v, strlen(v)))
+        return config_fail(c, "%s: '%s' is not a valid header name", c->key,
+                           config_raw(c, q, sizeof q));
+    if (config_set_str(&config_cur_src(c)->signature_header, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_set_src_signature_encoding(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strcmp(v, "hex") == 0)
+        config_cur_src(c)->signature_base64 = 0;
+    else if (strcmp(v, "base64") == 0)
+        config_cur_src(c)->signature_base64 = 1;
+    else
+        return config_fail(c, "%s: '%s' is not hex or base64", c->key, config_raw(c, q, sizeof q));
+    return 0;
+}
+
+static int config_set_src_signature_prefix(config_ctx *c, const char *v)
+{
+    if (v[0] == '\0')
+        return config_fail(c, "%s: empty (leave the key out when there is no prefix)", c->key);
+    if (config_has_ctl(v, 0))
+        return config_fail(c, "%s: contains a control character", c->key);
+    if (config_set_str(&config_cur_src(c)->signature_prefix, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_set_src_deliver_to(config_ctx *c, const char *v)
+{
+    return config_want_url(c, v, &config_cur_src(c)->deliver_to, 0);
+}
+
+/* Always a Standard Webhooks key, whatever the source's verify: it signs
+ * what the gateway delivers. Not shown in messages. */
+static int config_set_src_deliver_secret(config_ctx *c, const char *v)
+{
+    size_t n = strlen(v);
+    if (n > CONFIG_MAX_SECRET_LEN)
+        return config_fail(c, "%s: longer than %d bytes", c->key, CONFIG_MAX_SECRET_LEN);
+    if (!config_is_whsec(v, n))
+        return config_fail(c, "%s: not \"whsec_\" followed by base64", c->key);
+    if (config_set_str(&config_cur_src(c)->deliver_secret, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+static int config_want_count(config_ctx *c, const char *v, int *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    uint64_t n;
+    if (config_parse_uint(v, 1, CONFIG_SRC_LIMIT, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a number from 1 to %d", c->key,
+                           config_raw(c, q, sizeof q), CONFIG_SRC_LIMIT);
+    *out = (int)n;
+    return 0;
+}
+
+static int config_set_src_max_attempts(config_ctx *c, const char *v)
+{
+    return config_want_count(c, v, &config_cur_src(c)->max_attempts);
+}
+
+static int config_set_src_retry_base(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur_src(c)->retry_base_ms);
+}
+
+static int config_set_src_retry_cap(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur_src(c)->retry_cap_ms);
+}
+
+static int config_set_src_retention(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur_src(c)->retention_ms);
+}
+
+static int config_set_src_timeout(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur_src(c)->timeout_ms);
+}
+
+static int config_set_src_concurrency(config_ctx *c, const char *v)
+{
+    return config_want_count(c, v, &config_cur_src(c)->concurrency);
+}
+
 /* Every key there is; a bit per entry records which ones a section has set. */
 static const config_key config_keys[] = {
     {CONFIG_SEC_SERVER, "listen", config_set_server_listen, 0},
@@ -1050,17 +1403,44 @@ static const config_key config_keys[] = {
     {CONFIG_SEC_UPSTREAM, "forward_key_as", config_set_up_forward_key_as, 0},
     {CONFIG_SEC_UPSTREAM, "listen", config_set_up_listen, 0},
     {CONFIG_SEC_UPSTREAM, "max_response", config_set_up_max_response, 0},
+    {CONFIG_SEC_SOURCE, "verify", config_set_src_verify, 0},
+    {CONFIG_SEC_SOURCE, "secret", config_set_src_secret, 0},
+    {CONFIG_SEC_SOURCE, "secret_file", config_set_src_secret_file, 0},
+    {CONFIG_SEC_SOURCE, "insecure", config_set_src_insecure, 0},
+    {CONFIG_SEC_SOURCE, "event_id", config_set_src_event_id, 0},
+    {CONFIG_SEC_SOURCE, "tolerance", config_set_src_tolerance, 0},
+    {CONFIG_SEC_SOURCE, "signature_header", config_set_src_signature_header, 0},
+    {CONFIG_SEC_SOURCE, "signature_encoding", config_set_src_signature_encoding, 0},
+    {CONFIG_SEC_SOURCE, "signature_prefix", config_set_src_signature_prefix, 0},
+    {CONFIG_SEC_SOURCE, "deliver_to", config_set_src_deliver_to, 0},
+    {CONFIG_SEC_SOURCE, "deliver_secret", config_set_src_deliver_secret, 0},
+    {CONFIG_SEC_SOURCE, "max_attempts", config_set_src_max_attempts, 0},
+    {CONFIG_SEC_SOURCE, "retry_base", config_set_src_retry_base, 0},
+    {CONFIG_SEC_SOURCE, "retry_cap", config_set_src_retry_cap, 0},
+    {CONFIG_SEC_SOURCE, "retention", config_set_src_retention, 0},
+    {CONFIG_SEC_SOURCE, "timeout", config_set_src_timeout, 0},
+    {CONFIG_SEC_SOURCE, "concurrency", config_set_src_concurrency, 0},
 };
 
 #define CONFIG_NKEYS (sizeof config_keys / sizeof config_keys[0])
-_Static_assert(CONFIG_NKEYS <= 32, "seen masks are 32 bits");
+_Static_assert(CONFIG_NKEYS <= CONFIG_MAX_KEYS, "seen masks are 64 bits");
 
-/* The bit of an upstream key, for the checks made after the file is read. */
-static uint32_t config_key_bit(int kind, const char *name)
+/* The bit of a key, for the checks made after the file is read. */
+static uint64_t config_key_bit(int kind, const char *name)
 {
     for (size_t i = 0; i < CONFIG_NKEYS; i++) {
         if (config_keys[i].kind == kind && strcmp(config_keys[i].name, name) == 0)
-            return (uint32_t)1 << i;
+            return (uint64_t)1 << i;
+    }
+    return 0;
+}
+
+/* The line where source i set the key name, or 0 when it did not. */
+static int config_src_line(const config_ctx *c, size_t i, const char *name)
+{
+    for (size_t k = 0; k < CONFIG_NKEYS; k++) {
+        if (config_keys[k].kind == CONFIG_SEC_SOURCE && strcmp(config_keys[k].name, name) == 0)
+            return (c->src[i].seen & ((uint64_t)1 << k)) != 0 ? c->src[i].line[k] : 0;
     }
     return 0;
 }
@@ -1090,7 +1470,7 @@ static int config_open_upstream(config_ctx *c, const char *name)
         if (grown == NULL)
             return config_fail_oom(c);
         cfg->upstreams = grown;
-        uint32_t *seen = realloc(c->up_seen, want * sizeof *seen);
+        uint64_t *seen = realloc(c->up_seen, want * sizeof *seen);
         if (seen == NULL)
             return config_fail_oom(c);
         c->up_seen = seen;
@@ -1115,6 +1495,54 @@ static int config_open_upstream(config_ctx *c, const char *name)
     return 0;
 }
 
+/* Starts the source called name (from [source.NAME]) with its defaults;
+ * event_id's, which depends on verify, is filled in by config_finish. */
+static int config_open_source(config_ctx *c, const char *name)
+{
+    once_config *cfg = c->cfg;
+    char q[CONFIG_QUOTE_MAX];
+    if (once_scope_validate(name) != ONCE_OK)
+        return config_fail(c, "[source.%s]: a source name is 1-64 characters of A-Z a-z 0-9 . _ -",
+                           config_quote(name, q, sizeof q));
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        if (strcmp(cfg->sources[i].name, name) == 0)
+            return config_fail(c, "duplicate section [source.%s] (first at line %d)", name,
+                               cfg->sources[i].line);
+    }
+    if (cfg->nsources == c->srccap) {
+        size_t want = c->srccap == 0 ? 4 : c->srccap * 2;
+        if (want > SIZE_MAX / sizeof *c->src || want > SIZE_MAX / sizeof *cfg->sources)
+            return config_fail_oom(c);
+        source_cfg *grown = realloc(cfg->sources, want * sizeof *grown);
+        if (grown == NULL)
+            return config_fail_oom(c);
+        cfg->sources = grown;
+        config_src_state *st = realloc(c->src, want * sizeof *st);
+        if (st == NULL)
+            return config_fail_oom(c);
+        c->src = st;
+        c->srccap = want;
+    }
+    source_cfg *s = &cfg->sources[cfg->nsources];
+    memset(s, 0, sizeof *s);
+    s->name = strdup(name);
+    if (s->name == NULL)
+        return config_fail_oom(c);
+    s->verify = -1; /* required: config_finish says so if it stays unset */
+    s->tolerance_ms = CONFIG_SRC_TOLERANCE_MS;
+    s->max_attempts = CONFIG_SRC_MAX_ATTEMPTS;
+    s->retry_base_ms = CONFIG_SRC_RETRY_BASE_MS;
+    s->retry_cap_ms = CONFIG_SRC_RETRY_CAP_MS;
+    s->retention_ms = CONFIG_SRC_RETENTION_MS;
+    s->timeout_ms = CONFIG_SRC_TIMEOUT_MS;
+    s->concurrency = CONFIG_SRC_CONCURRENCY;
+    s->line = c->lineno;
+    memset(&c->src[cfg->nsources], 0, sizeof c->src[cfg->nsources]);
+    c->cur = cfg->nsources++;
+    c->kind = CONFIG_SEC_SOURCE;
+    return 0;
+}
+
 /* Opens the section named by a "[name]" line. */
 static int config_open_section(config_ctx *c, const char *name)
 {
@@ -1128,8 +1556,11 @@ static int config_open_section(config_ctx *c, const char *name)
     }
     if (strncmp(name, "upstream.", 9) == 0)
         return config_open_upstream(c, name + 9);
+    if (strncmp(name, "source.", 7) == 0)
+        return config_open_source(c, name + 7);
     c->kind = CONFIG_SEC_NONE;
-    return config_fail(c, "unknown section [%s] (expected [server] or [upstream.NAME])",
+    return config_fail(c,
+                       "unknown section [%s] (expected [server], [upstream.NAME] or [source.NAME])",
                        config_quote(name, q, sizeof q));
 }
 
@@ -1244,7 +1675,9 @@ static int config_on_pair(void *user, const char *section, const char *name, con
         return 0;
     }
     if (c->kind == CONFIG_SEC_NONE) {
-        config_fail(c, "'%s' is outside a section (start with [server] or [upstream.NAME])",
+        config_fail(c,
+                    "'%s' is outside a section (start with [server], [upstream.NAME] or "
+                    "[source.NAME])",
                     config_quote(name, q, sizeof q));
         return 0;
     }
@@ -1256,18 +1689,25 @@ static int config_on_pair(void *user, const char *section, const char *name, con
     if (i == CONFIG_NKEYS) {
         if (c->kind == CONFIG_SEC_SERVER)
             config_fail(c, "unknown key '%s' in [server]", config_quote(name, q, sizeof q));
-        else
+        else if (c->kind == CONFIG_SEC_UPSTREAM)
             config_fail(c, "unknown key '%s' in [upstream.%s]", config_quote(name, q, sizeof q),
                         c->cfg->upstreams[c->cur].name);
+        else
+            config_fail(c, "unknown key '%s' in [source.%s]", config_quote(name, q, sizeof q),
+                        c->cfg->sources[c->cur].name);
         return 0;
     }
-    uint32_t bit = (uint32_t)1 << i;
-    uint32_t *seen = c->kind == CONFIG_SEC_SERVER ? &c->server_seen : &c->up_seen[c->cur];
+    uint64_t bit = (uint64_t)1 << i;
+    uint64_t *seen = c->kind == CONFIG_SEC_SERVER     ? &c->server_seen
+                     : c->kind == CONFIG_SEC_UPSTREAM ? &c->up_seen[c->cur]
+                                                      : &c->src[c->cur].seen;
     if ((*seen & bit) != 0 && !config_keys[i].repeat) {
         config_fail(c, "duplicate key '%s'", name);
         return 0;
     }
     *seen |= bit;
+    if (c->kind == CONFIG_SEC_SOURCE)
+        c->src[c->cur].line[i] = c->lineno;
     c->key = config_keys[i].name;
     c->raw = value;
     char *v = config_expand(c, value);
@@ -1348,6 +1788,106 @@ static int config_apply_env(config_ctx *c)
     return 0;
 }
 
+/* Fails at the line of source i's key name, if it set it, saying it has no
+ * meaning with the source's other settings (why). Used for keys that would
+ * otherwise be silently ignored: someone who wrote them believes they work. */
+static int config_src_refuse(config_ctx *c, size_t i, const char *name, const char *why)
+{
+    int line = config_src_line(c, i, name);
+    if (line == 0)
+        return 0;
+    return config_fail_at(c, line, "%s: %s", name, why);
+}
+
+/* A source's checks that depend on verify or on deliver_to, and its
+ * event_id default. Each error names the line of the key it is about, or
+ * the section's when the problem is a key that is missing. */
+static int config_finish_source(config_ctx *c, size_t i)
+{
+    source_cfg *s = &c->cfg->sources[i];
+    char why[CONFIG_MSG_MAX / 2];
+    if (s->verify < 0)
+        return config_fail_at(c, s->line,
+                              "[source.%s] has no verify (stripe, github, standard, slack, "
+                              "hmac-sha256 or none)",
+                              s->name);
+    size_t sch = config_scheme_index(s->verify);
+    const char *scheme = config_schemes[sch].name;
+    int secret_line = config_src_line(c, i, "secret");
+    if (secret_line == 0)
+        secret_line = config_src_line(c, i, "secret_file");
+    if (s->verify == SIG_NONE) {
+        if (!s->insecure)
+            return config_fail_at(c, config_src_line(c, i, "verify"),
+                                  "verify: none accepts whatever anyone sends to this source; "
+                                  "it needs insecure = yes");
+        if (secret_line > 0)
+            return config_fail_at(c, secret_line,
+                                  "[source.%s]: verify = none checks no signature, so a secret "
+                                  "would be unused",
+                                  s->name);
+    } else {
+        if (s->insecure)
+            return config_fail_at(c, config_src_line(c, i, "insecure"),
+                                  "insecure: yes only goes with verify = none (this source "
+                                  "verifies %s signatures)",
+                                  scheme);
+        if (s->nsecrets == 0)
+            return config_fail_at(c, s->line,
+                                  "[source.%s]: verify = %s needs secret or secret_file", s->name,
+                                  scheme);
+    }
+    if (s->verify == SIG_STANDARD) {
+        for (size_t k = 0; k < s->nsecrets; k++) {
+            if (!config_is_whsec(s->secrets[k], strlen(s->secrets[k])))
+                return config_fail_at(c, secret_line,
+                                      "[source.%s]: secret %zu is not \"whsec_\" followed by "
+                                      "base64 (verify = standard)",
+                                      s->name, k + 1);
+        }
+    }
+    snprintf(why, sizeof why, "only for verify = hmac-sha256 (this source has verify = %s)",
+             scheme);
+    if (s->verify == SIG_HMAC_SHA256) {
+        if (s->signature_header == NULL)
+            return config_fail_at(c, s->line,
+                                  "[source.%s]: verify = hmac-sha256 needs signature_header",
+                                  s->name);
+    } else if (config_src_refuse(c, i, "signature_header", why) != 0 ||
+               config_src_refuse(c, i, "signature_encoding", why) != 0 ||
+               config_src_refuse(c, i, "signature_prefix", why) != 0) {
+        return -1;
+    }
+    if (!config_schemes[sch].timestamp) {
+        snprintf(why, sizeof why, "verify = %s signs no timestamp", scheme);
+        if (config_src_refuse(c, i, "tolerance", why) != 0)
+            return -1;
+    }
+    if (s->event_id == NULL) {
+        const char *def = config_schemes[sch].event_id;
+        if (def == NULL)
+            return config_fail_at(c, s->line,
+                                  "[source.%s]: event_id is required with verify = %s "
+                                  "(json:/POINTER or header:NAME)",
+                                  s->name, scheme);
+        if (config_set_str(&s->event_id, def) != 0)
+            return config_fail_oom(c);
+    }
+    if (s->deliver_to == NULL) {
+        static const char push_only[] = "only applies with deliver_to (push delivery)";
+        if (config_src_refuse(c, i, "deliver_secret", push_only) != 0 ||
+            config_src_refuse(c, i, "timeout", push_only) != 0 ||
+            config_src_refuse(c, i, "concurrency", push_only) != 0)
+            return -1;
+    }
+    if (s->retry_cap_ms < s->retry_base_ms) {
+        int line = config_src_line(c, i, "retry_cap");
+        return config_fail_at(c, line > 0 ? line : config_src_line(c, i, "retry_base"),
+                              "[source.%s]: retry_cap is shorter than retry_base", s->name);
+    }
+    return 0;
+}
+
 /* Fills the defaults that depend on other keys and checks what involves
  * more than one key, once the whole file and the environment are in. */
 static int config_finish(config_ctx *c)
@@ -1361,8 +1901,8 @@ static int config_finish(config_ctx *c)
         return -1;
     static const int def_release[] = {429, 503};
     static const int def_unknown[] = {500, 502, 504};
-    uint32_t bit_release = config_key_bit(CONFIG_SEC_UPSTREAM, "release_on");
-    uint32_t bit_unknown = config_key_bit(CONFIG_SEC_UPSTREAM, "unknown_on");
+    uint64_t bit_release = config_key_bit(CONFIG_SEC_UPSTREAM, "release_on");
+    uint64_t bit_unknown = config_key_bit(CONFIG_SEC_UPSTREAM, "unknown_on");
     for (size_t i = 0; i < cfg->nupstreams; i++) {
         upstream_cfg *u = &cfg->upstreams[i];
         if (u->url == NULL)
@@ -1412,6 +1952,10 @@ static int config_finish(config_ctx *c)
                                       "(line %d)",
                                       u->name, u->listen, o->name, o->line);
         }
+    }
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        if (config_finish_source(c, i) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1470,6 +2014,7 @@ static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char
 
     free(c.linebuf);
     free(c.up_seen);
+    free(c.src);
     free(c.dir);
     if (c.failed) {
         config_free(cfg);
@@ -1535,6 +2080,19 @@ void config_free(once_config *cfg)
         free(u->listen);
     }
     free(cfg->upstreams);
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        source_cfg *s = &cfg->sources[i];
+        free(s->name);
+        for (size_t j = 0; j < s->nsecrets; j++)
+            free(s->secrets[j]);
+        free(s->secrets);
+        free(s->event_id);
+        free(s->signature_header);
+        free(s->signature_prefix);
+        free(s->deliver_to);
+        free(s->deliver_secret);
+    }
+    free(cfg->sources);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -1545,6 +2103,17 @@ const upstream_cfg *config_upstream(const once_config *cfg, const char *name)
     for (size_t i = 0; i < cfg->nupstreams; i++) {
         if (strcmp(cfg->upstreams[i].name, name) == 0)
             return &cfg->upstreams[i];
+    }
+    return NULL;
+}
+
+const source_cfg *config_source(const once_config *cfg, const char *name)
+{
+    if (cfg == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        if (strcmp(cfg->sources[i].name, name) == 0)
+            return &cfg->sources[i];
     }
     return NULL;
 }

@@ -203,6 +203,7 @@ void hooks_ingest(req *r, const char *source)
     }
     snprintf(r->scope, sizeof r->scope, "%s", source);
     if (strcmp(r->method, "POST") != 0) {
+        req_set_header(r, "Allow", "POST");
         req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", "POST"),
                     "webhooks are POSTed");
         return;
@@ -365,6 +366,7 @@ void inbox_handle(req *r, const char *source, const char *verb)
     }
     snprintf(r->scope, sizeof r->scope, "%s", source);
     if (strcmp(r->method, "POST") != 0) {
+        req_set_header(r, "Allow", "POST");
         req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", "POST"), "use POST");
         return;
     }

@@ -103,6 +103,15 @@ void req_problem(req *r, unsigned status, const char *code, const char *title, j
     req_reply(r, status, problem_response(status, code, title, extra, detail));
 }
 
+void req_set_header(req *r, const char *name, const char *value)
+{
+    if (r->nextra >= 3)
+        return;
+    snprintf(r->extra_name[r->nextra], sizeof r->extra_name[0], "%s", name);
+    snprintf(r->extra_value[r->nextra], sizeof r->extra_value[0], "%s", value);
+    r->nextra++;
+}
+
 const char *req_header(req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
@@ -177,6 +186,7 @@ static void route(req *r)
     if (PATH_IS("/healthz") || PATH_IS("/readyz") || PATH_IS("/metrics")) {
         r->route = uri[1] == 'h' ? "healthz" : uri[1] == 'r' ? "readyz" : "metrics";
         if (strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
+            req_set_header(r, "Allow", "GET, HEAD");
             req_problem(r, 405, "method_not_allowed", "Method not allowed", NULL, "use GET");
             return;
         }
@@ -267,13 +277,9 @@ static void route(req *r)
     r->route = "none";
     req_problem(r, 404, "not_found", "Not found", NULL, "no route for %.200s", uri);
     return;
-unauthorized: {
-    struct MHD_Response *resp = problem_response(401, "unauthorized", "Unauthorized", NULL,
-                                                 "a valid 'Authorization: Bearer' token is required");
-    if (resp)
-        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-    req_reply(r, 401, resp);
-}
+unauthorized:
+    req_set_header(r, "WWW-Authenticate", "Bearer");
+    req_problem(r, 401, "unauthorized", "Unauthorized", NULL, "a valid 'Authorization: Bearer' token is required");
 }
 
 /* ---- MHD callbacks ------------------------------------------------------ */
@@ -341,6 +347,8 @@ static enum MHD_Result send_ready(req *r)
     }
     if (r->outcome)
         MHD_add_response_header(resp, "Once-Outcome", r->outcome);
+    for (int i = 0; i < r->nextra; i++)
+        MHD_add_response_header(resp, r->extra_name[i], r->extra_value[i]);
     enum MHD_Result ok = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     metrics_http(r->srv->metrics, status);

@@ -40,6 +40,7 @@ typedef struct transfer {
     struct curl_slist *slist;
     json_t *headers;
     int too_large;
+    int sends;      /* times curl was about to send the request on a connection */
     double t0;
 } transfer;
 
@@ -121,6 +122,22 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* libcurl resends a request by itself when a reused connection turns out
+ * dead before any answer byte: safe for a browser, a double charge for us.
+ * The pre-request callback runs right before each send; the second one of a
+ * transfer is that resend, and it is refused. The first tells us the request
+ * may have reached the upstream. */
+static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+                     int conn_local_port)
+{
+    (void)conn_primary_ip;
+    (void)conn_local_ip;
+    (void)conn_primary_port;
+    (void)conn_local_port;
+    transfer *t = arg;
+    return t->sends++ == 0 ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
+}
+
 static int transfer_setup(transfer *t)
 {
     out_call *c = t->call;
@@ -159,6 +176,8 @@ static int transfer_setup(transfer *t)
     bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, t) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, t) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_PREREQDATA, t) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_HTTP_TRANSFER_DECODING, 1L) != CURLE_OK;
     if (strcmp(c->method, "HEAD") == 0) {
@@ -176,31 +195,14 @@ static int transfer_setup(transfer *t)
     return bad ? -1 : 0;
 }
 
-/* Was anything of the request handed to the upstream? Connect, DNS and TLS
- * failures happen before; everything else is treated as after. */
-static out_kind classify_failure(CURL *e, CURLcode rc)
+/* Was anything of the request handed to the upstream? Until curl is about
+ * to send it on an established (TLS-complete) connection — DNS, connect and
+ * TLS failures, a timeout while connecting — certainly not. From then on it
+ * may have arrived, whatever the error says. */
+static out_kind classify_failure(const transfer *t, CURLcode rc)
 {
-    long request_size = 0;
-    curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &request_size);
-    if (request_size > 0)
-        return OUT_AMBIGUOUS;
-    switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_URL_MALFORMAT:
-    case CURLE_OPERATION_TIMEDOUT: /* with nothing sent: still connecting */
-    case CURLE_ABORTED_BY_CALLBACK:
-        return OUT_NOT_SENT;
-    default:
-        return OUT_AMBIGUOUS;
-    }
+    (void)rc;
+    return t->sends > 0 ? OUT_AMBIGUOUS : OUT_NOT_SENT;
 }
 
 static void transfer_free(transfer *t)
@@ -232,8 +234,11 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
         }
         free(dump);
     } else {
-        c->kind = classify_failure(t->easy, aborted ? CURLE_ABORTED_BY_CALLBACK : rc);
-        snprintf(c->error, sizeof c->error, "%s", aborted ? "the gateway stopped during the call" : curl_easy_strerror(rc));
+        c->kind = classify_failure(t, rc);
+        const char *why = aborted ? "the gateway stopped during the call"
+                          : t->sends > 1 ? "the upstream closed the connection without answering"
+                                         : curl_easy_strerror(rc);
+        snprintf(c->error, sizeof c->error, "%s", why);
         buf_free(&c->resp_body);
     }
     if (t->easy)

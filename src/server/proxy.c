@@ -222,20 +222,9 @@ static void reply_in_flight(proxy *px)
     req *r = px->r;
     r->outcome = "in_flight";
     metrics_action(r->srv->metrics, px->up->name, MO_IN_FLIGHT);
-    json_t *extra = json_pack("{s:s}", "state", "pending");
-    char detail[] = "another attempt holds this key; retry later or send 'Prefer: wait=N'";
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title", "Key in flight", "status", 409,
-                          "code", "key_in_flight", "detail", detail);
-    if (o && extra)
-        json_object_update(o, extra);
-    json_decref(extra);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    struct MHD_Response *resp = s ? resp_bytes(s, strlen(s), "application/problem+json") : NULL;
-    free(s);
-    if (resp)
-        MHD_add_response_header(resp, "Retry-After", "1");
-    req_reply(r, 409, resp);
+    req_set_header(r, "Retry-After", "1");
+    req_problem(r, 409, "key_in_flight", "Key in flight", json_pack("{s:s}", "state", "pending"),
+                "another attempt holds this key; retry later or send 'Prefer: wait=N'");
 }
 
 static void reply_replay(proxy *px)

@@ -77,6 +77,11 @@ struct req {
 
     void *state;
     req_state_free state_free;
+
+    /* headers to add to whatever answer is sent (Retry-After, Allow, …) */
+    char extra_name[3][24];
+    char extra_value[3][48];
+    int nextra;
 };
 
 /* Runs the gateway with cfg until SIGTERM or SIGINT, then drains and
@@ -92,6 +97,10 @@ void req_reply(req *r, unsigned status, struct MHD_Response *resp);
  * and consumed. Any thread. */
 void req_problem(req *r, unsigned status, const char *code, const char *title, json_t *extra, const char *fmt,
                  ...) __attribute__((format(printf, 6, 7)));
+
+/* Adds a header to the answer this request will get. Call before the
+ * answer (req_reply and friends), from the thread that will give it. */
+void req_set_header(req *r, const char *name, const char *value);
 
 /* Answers with a JSON body (consumed). Any thread. */
 void req_json(req *r, unsigned status, json_t *body);

@@ -1,0 +1,636 @@
+/*
+ * cmd_hooks.c — `once hooks`: the inbound webhook events the gateway has
+ * accepted. `ls` lists them (optionally one source or state), `show` prints
+ * one with its body, `redeliver` makes one pending and due now so the
+ * running gateway hands it to the agent again (a delivered or dead event
+ * included). Like `once ls`, it follows the ledger's pages itself.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "json/action_json.h"
+#include "json/event_json.h"
+
+#define HOOKS_LIMIT_DEFAULT 100
+#define HOOKS_LIMIT_MAX 100000
+/* Events asked for per once_list_events call: they carry their bodies, so
+ * small pages keep memory flat while the JSON form streams out. */
+#define HOOKS_PAGE 100
+/* Bodies and headers can be megabytes; a person needs the start. */
+#define HOOKS_PREVIEW_MAX 200
+/* The ERROR column is the last: long enough to recognise the failure, short
+ * enough to keep a row on one screen line. */
+#define HOOKS_ERROR_MAX 60
+/* Enough of a user-supplied operand to recognise it in a message. */
+#define HOOKS_QUOTE_MAX 64
+
+enum { HOOKS_OPT_SOURCE = 2400, HOOKS_OPT_STATUS, HOOKS_OPT_LIMIT, HOOKS_OPT_JSON };
+
+static int hooks_run(cli_ctx *ctx, int argc, char **argv);
+static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv);
+static int hooks_show_run(cli_ctx *ctx, int argc, char **argv);
+static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv);
+
+const cli_command cli_cmd_hooks = {
+    .name = "hooks",
+    .run = hooks_run,
+    .usage = "once hooks ls|show|redeliver [ARGS] (see 'once help hooks')",
+    .summary = "List, show or redeliver inbound webhook events.",
+    .help = "Subcommands:\n"
+            "  once hooks ls [--source S] [--status S] [--limit N] [--json]\n"
+            "      List events in arrival order: SOURCE EVENT_ID STATE ATTEMPT RECEIVED ERROR.\n"
+            "        --source S   only events of source S\n"
+            "        --status S   only events in state S: pending, delivered or dead\n"
+            "        --limit N    at most N events, 1..100000 (default 100)\n"
+            "        --json       a JSON array of records instead of a table\n"
+            "  once hooks show SOURCE ID [--json]\n"
+            "      Show one event with its headers and body; --json for the JSON record\n"
+            "      (a body that is not UTF-8 comes as body_base64).\n"
+            "  once hooks redeliver SOURCE ID\n"
+            "      Make the event pending and due now, whatever its state (delivered and\n"
+            "      dead events included): the running gateway delivers it again. Its\n"
+            "      attempt count goes on.\n"
+            "\n"
+            "Exit status: 0 success; 1 bad usage or no such event; 2 the store failed.\n",
+};
+
+static const cli_command hooks_cmd_ls = {
+    .name = "ls",
+    .run = hooks_ls_run,
+    .usage = "once hooks ls [--source S] [--status S] [--limit N] [--json]",
+    .summary = "List webhook events, oldest first.",
+    .help = "Options:\n"
+            "  --source S   only events of source S\n"
+            "  --status S   only events in state S: pending, delivered or dead\n"
+            "  --limit N    at most N events, 1..100000 (default 100)\n"
+            "  --json       a JSON array of records instead of a table\n",
+};
+
+static const cli_command hooks_cmd_show = {
+    .name = "show",
+    .run = hooks_show_run,
+    .usage = "once hooks show SOURCE ID [--json]",
+    .summary = "Show one webhook event, with its headers and body.",
+    .help = "Options:\n"
+            "  --json   the JSON record instead of field: value lines\n",
+};
+
+static const cli_command hooks_cmd_redeliver = {
+    .name = "redeliver",
+    .run = hooks_redeliver_run,
+    .usage = "once hooks redeliver SOURCE ID",
+    .summary = "Make a webhook event pending and due now: the gateway delivers it again.",
+    .help = NULL,
+};
+
+static const cli_command *const hooks_subcommands[] = {
+    &hooks_cmd_ls,
+    &hooks_cmd_show,
+    &hooks_cmd_redeliver,
+};
+
+#define HOOKS_NSUB (sizeof hooks_subcommands / sizeof hooks_subcommands[0])
+
+/* ---- operands ---------------------------------------------------------- */
+
+/* Strictly digits, in range, as `once ls --limit`: "10x", "+5" and "1e3"
+ * are mistakes worth reporting rather than guessing at. */
+static int hooks_parse_limit(const char *s, size_t *out)
+{
+    if (s[0] == '\0' || strlen(s) > 6)
+        return -1;
+    size_t v = 0;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (size_t)(*p - '0');
+    }
+    if (v < 1 || v > HOOKS_LIMIT_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "once: invalid WHAT 'VALUE': invalid argument: WHY", the shape
+ * cli_fail_once gives scopes and keys. Returns CLI_EXIT_USAGE. */
+static int hooks_fail_invalid(const char *what, const char *value, const char *why)
+{
+    char *q = cli_escape_dup(value, strlen(value), HOOKS_QUOTE_MAX);
+    char *w = cli_escape_dup(why, strlen(why), 200);
+    cli_print_error("invalid %s '%s': %s: %s", what, q != NULL ? q : "?", once_strerror(ONCE_EINVAL),
+                    w != NULL ? w : "?");
+    free(q);
+    free(w);
+    return CLI_EXIT_USAGE;
+}
+
+/* Sources follow the scope rules (1-64 of [A-Za-z0-9._-]). Checked before
+ * the store is opened, so a typo neither creates a store file nor reads as
+ * "no such event". libonce's detail names a scope; here it is a source. */
+static int hooks_check_source(const char *source)
+{
+    if (once_scope_validate(source) == ONCE_OK)
+        return CLI_EXIT_OK;
+    const char *d = once_errdetail();
+    if (d == NULL)
+        d = "";
+    if (strncmp(d, "scope: ", 7) == 0)
+        d += 7;
+    return hooks_fail_invalid("source", source, d);
+}
+
+/* Event ids are 1-255 bytes of printable ASCII (once.h); libonce checks
+ * them too, but only once a store is open, so the CLI checks first for the
+ * same reason as sources. */
+static int hooks_check_event_id(const char *id)
+{
+    size_t n = strnlen(id, ONCE_EVENT_ID_MAX + 1);
+    char why[64];
+    if (n == 0)
+        return hooks_fail_invalid("event id", id, "empty");
+    if (n > ONCE_EVENT_ID_MAX) {
+        snprintf(why, sizeof why, "longer than %d bytes", ONCE_EVENT_ID_MAX);
+        return hooks_fail_invalid("event id", id, why);
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c < 0x20 || c > 0x7e) {
+            snprintf(why, sizeof why, "byte %zu is not printable ASCII", i);
+            return hooks_fail_invalid("event id", id, why);
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+/* The SOURCE ID operands of show and redeliver: exactly two, both valid. */
+static int hooks_source_id_operands(const cli_command *cmd, int argc, char **argv, const char **source,
+                                    const char **id)
+{
+    int n = argc - optind;
+    if (n < 2)
+        return cli_fail_usage(cmd, "missing %s", n == 0 ? "SOURCE and ID" : "ID");
+    if (n > 2)
+        return cli_fail_usage(cmd, "too many arguments");
+    *source = argv[optind];
+    *id = argv[optind + 1];
+    int code = hooks_check_source(*source);
+    if (code == CLI_EXIT_OK)
+        code = hooks_check_event_id(*id);
+    return code;
+}
+
+/* Reports a failed call about one event. ENOTFOUND gets its own words:
+ * once_strerror names it "no such action", which would mislead here. */
+static int hooks_fail_event(int rc, const char *doing, const char *source, const char *id)
+{
+    char *qs = cli_escape_dup(source, strlen(source), HOOKS_QUOTE_MAX);
+    char *qi = cli_escape_dup(id, strlen(id), HOOKS_QUOTE_MAX);
+    int code;
+    if (rc == ONCE_ENOTFOUND) {
+        cli_print_error("no such event %s %s", qs != NULL ? qs : "?", qi != NULL ? qi : "?");
+        code = CLI_EXIT_USAGE;
+    } else {
+        char what[2 * HOOKS_QUOTE_MAX + 64];
+        snprintf(what, sizeof what, "%s %s %s", doing, qs != NULL ? qs : "?", qi != NULL ? qi : "?");
+        code = cli_fail_once(rc, what);
+    }
+    free(qs);
+    free(qi);
+    return code;
+}
+
+/* ---- hooks ls ---------------------------------------------------------- */
+
+static int hooks_table_add(cli_table *t, const once_event *e)
+{
+    char attempt[24];
+    char received[32];
+    snprintf(attempt, sizeof attempt, "%lld", (long long)e->attempt);
+    char *error = NULL;
+    if (e->error != NULL) {
+        error = cli_escape_dup(e->error, strlen(e->error), HOOKS_ERROR_MAX);
+        if (error == NULL)
+            return ONCE_ENOMEM;
+    }
+    const char *state = once_event_state_name(e->state);
+    const char *cells[6] = {
+        e->source,
+        e->event_id,
+        state != NULL ? state : "?",
+        attempt,
+        cli_format_time(e->received_at, received, sizeof received),
+        error,
+    };
+    int rc = cli_table_add_row(t, cells);
+    free(error);
+    return rc;
+}
+
+static int hooks_json_print(const once_event *e, int first)
+{
+    json_t *j = NULL;
+    int rc = event_json_from(e, 0, &j);
+    if (rc != ONCE_OK)
+        return rc;
+    fputs(first ? "\n  " : ",\n  ", stdout);
+    int w = json_dumpf(j, stdout, JSON_COMPACT);
+    json_decref(j);
+    return w == 0 ? ONCE_OK : ONCE_ENOMEM;
+}
+
+static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"source", required_argument, NULL, HOOKS_OPT_SOURCE},
+        {"status", required_argument, NULL, HOOKS_OPT_STATUS},
+        {"limit", required_argument, NULL, HOOKS_OPT_LIMIT},
+        {"json", no_argument, NULL, HOOKS_OPT_JSON},
+        {"store", required_argument, NULL, CLI_OPT_STORE},
+        {"help", no_argument, NULL, CLI_OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const cli_command *cmd = &hooks_cmd_ls;
+    once_event_state state = 0;
+    const char *source = NULL;
+    size_t limit = HOOKS_LIMIT_DEFAULT;
+    int json = 0;
+    int c;
+    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_HELP:
+            cli_print_command_help(cmd, stdout);
+            return cli_finish_stdout(CLI_EXIT_OK);
+        case HOOKS_OPT_SOURCE:
+            source = optarg;
+            break;
+        case HOOKS_OPT_STATUS:
+            if (once_event_state_parse(optarg, &state) != ONCE_OK) {
+                char *q = cli_escape_dup(optarg, strlen(optarg), HOOKS_QUOTE_MAX);
+                cli_fail_usage(cmd, "unknown status '%s' (expected pending, delivered or dead)",
+                               q != NULL ? q : "?");
+                free(q);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case HOOKS_OPT_LIMIT:
+            if (hooks_parse_limit(optarg, &limit) != 0) {
+                char *q = cli_escape_dup(optarg, strlen(optarg), HOOKS_QUOTE_MAX);
+                cli_fail_usage(cmd, "--limit must be an integer from 1 to %d, not '%s'", HOOKS_LIMIT_MAX,
+                               q != NULL ? q : "?");
+                free(q);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case HOOKS_OPT_JSON:
+            json = 1;
+            break;
+        default:
+            return cli_fail_usage(cmd, "unexpected option");
+        }
+    }
+    if (optind < argc) {
+        char *q = cli_escape_dup(argv[optind], strlen(argv[optind]), HOOKS_QUOTE_MAX);
+        cli_fail_usage(cmd, "unexpected argument '%s'", q != NULL ? q : "?");
+        free(q);
+        return CLI_EXIT_USAGE;
+    }
+    if (source != NULL && hooks_check_source(source) != CLI_EXIT_OK)
+        return CLI_EXIT_USAGE;
+
+    once_store *store = NULL;
+    int code = cli_open_store(ctx, &store);
+    if (code != CLI_EXIT_OK)
+        return code;
+
+    cli_table *table = NULL;
+    if (!json) {
+        table = cli_table_new(6);
+        static const char *const head[6] = {"SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"};
+        if (table == NULL || cli_table_add_row(table, head) != ONCE_OK) {
+            cli_print_error("out of memory");
+            cli_table_free(table);
+            once_store_close(store);
+            return CLI_EXIT_STORE;
+        }
+    }
+
+    /* The JSON array streams out page by page, so a store error found on a
+     * later page would leave half an array behind: the opening bracket
+     * waits for the first page to have been read. */
+    char cursor[ONCE_CURSOR_MAX] = "";
+    size_t left = limit;
+    size_t shown = 0;
+    int opened = 0;
+    code = CLI_EXIT_OK;
+    while (left > 0) {
+        once_event_list_req req = {
+            .source = source,
+            .state = state,
+            .limit = left < HOOKS_PAGE ? left : HOOKS_PAGE,
+            .cursor = cursor,
+        };
+        once_event_list page = {0};
+        int rc = once_list_events(store, &req, &page);
+        if (rc != ONCE_OK) {
+            code = cli_fail_once(rc, "cannot list events");
+            break;
+        }
+        if (json && !opened) {
+            fputs("[", stdout);
+            opened = 1;
+        }
+        for (size_t i = 0; i < page.count && left > 0 && rc == ONCE_OK; i++, left--) {
+            if (json)
+                rc = hooks_json_print(&page.items[i], shown == 0);
+            else
+                rc = hooks_table_add(table, &page.items[i]);
+            shown++;
+        }
+        if (rc != ONCE_OK) {
+            once_event_list_free(&page);
+            cli_print_error("cannot format events: %s", once_strerror(rc));
+            code = CLI_EXIT_STORE;
+            break;
+        }
+        /* An empty page with a cursor would loop forever: treat as the end. */
+        int more = page.next[0] != '\0' && page.count > 0;
+        snprintf(cursor, sizeof cursor, "%s", page.next);
+        once_event_list_free(&page);
+        if (!more)
+            break;
+    }
+    once_store_close(store);
+
+    if (json) {
+        if (opened)
+            fputs(shown > 0 ? "\n]\n" : "]\n", stdout);
+    } else {
+        if (code == CLI_EXIT_OK)
+            cli_table_print(table, stdout);
+        cli_table_free(table);
+    }
+    return cli_finish_stdout(code);
+}
+
+/* ---- hooks show -------------------------------------------------------- */
+
+/* Prints "name: value" with value escaped (and cut when max > 0); "-" for
+ * NULL. 0 or ONCE_ENOMEM. */
+static int hooks_print_field(const char *name, const char *value, size_t len, size_t max)
+{
+    if (value == NULL) {
+        printf("%s: -\n", name);
+        return ONCE_OK;
+    }
+    char *e = cli_escape_dup(value, len, max);
+    if (e == NULL)
+        return ONCE_ENOMEM;
+    printf("%s: %s\n", name, e);
+    free(e);
+    return ONCE_OK;
+}
+
+static int hooks_print_text(const char *name, const char *value)
+{
+    return hooks_print_field(name, value, value != NULL ? strlen(value) : 0, 0);
+}
+
+static void hooks_print_time(const char *name, int64_t ms)
+{
+    char buf[32];
+    printf("%s: %s\n", name, cli_format_time(ms, buf, sizeof buf));
+}
+
+/* The field: value form, for people: every time (claim_until too, which
+ * tells whether a consumer holds the event right now), then a preview of
+ * the headers and body. A binary body is not dumped onto a terminal. */
+static int hooks_print_event(const once_event *e)
+{
+    int rc = hooks_print_text("source", e->source);
+    if (rc == ONCE_OK)
+        rc = hooks_print_text("event_id", e->event_id);
+    if (rc != ONCE_OK)
+        return rc;
+    const char *state = once_event_state_name(e->state);
+    printf("state: %s\n", state != NULL ? state : "?");
+    printf("attempt: %lld\n", (long long)e->attempt);
+    hooks_print_time("received_at", e->received_at);
+    hooks_print_time("updated_at", e->updated_at);
+    hooks_print_time("next_at", e->next_at);
+    hooks_print_time("claim_until", e->claim_until);
+    hooks_print_time("delivered_at", e->delivered_at);
+    hooks_print_time("expires_at", e->expires_at);
+    rc = hooks_print_text("content_type", e->content_type);
+    if (rc == ONCE_OK)
+        rc = hooks_print_text("error", e->error);
+    if (rc == ONCE_OK)
+        rc = hooks_print_field("headers", e->headers, e->headers_len, HOOKS_PREVIEW_MAX);
+    if (rc != ONCE_OK)
+        return rc;
+    if (e->body == NULL) {
+        fputs("body_bytes: 0\nbody: -\n", stdout);
+        return ONCE_OK;
+    }
+    printf("body_bytes: %zu\n", e->body_len);
+    if (json_utf8_check(e->body, e->body_len))
+        return hooks_print_field("body", (const char *)e->body, e->body_len, HOOKS_PREVIEW_MAX);
+    fputs("body: (binary; see --json for body_base64)\n", stdout);
+    return ONCE_OK;
+}
+
+static int hooks_print_json(const once_event *e)
+{
+    json_t *j = NULL;
+    int rc = event_json_from(e, 0, &j);
+    if (rc != ONCE_OK)
+        return rc;
+    int w = json_dumpf(j, stdout, JSON_INDENT(2));
+    json_decref(j);
+    if (w != 0)
+        return ONCE_ENOMEM;
+    fputc('\n', stdout);
+    return ONCE_OK;
+}
+
+static int hooks_show_run(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, HOOKS_OPT_JSON},
+        {"store", required_argument, NULL, CLI_OPT_STORE},
+        {"help", no_argument, NULL, CLI_OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const cli_command *cmd = &hooks_cmd_show;
+    int json = 0;
+    int c;
+    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_HELP:
+            cli_print_command_help(cmd, stdout);
+            return cli_finish_stdout(CLI_EXIT_OK);
+        case HOOKS_OPT_JSON:
+            json = 1;
+            break;
+        default:
+            return cli_fail_usage(cmd, "unexpected option");
+        }
+    }
+    const char *source = NULL;
+    const char *id = NULL;
+    int code = hooks_source_id_operands(cmd, argc, argv, &source, &id);
+    if (code != CLI_EXIT_OK)
+        return code;
+
+    once_store *store = NULL;
+    code = cli_open_store(ctx, &store);
+    if (code != CLI_EXIT_OK)
+        return code;
+    once_event e = {0};
+    int rc = once_event_get(store, source, id, &e);
+    if (rc != ONCE_OK) {
+        code = hooks_fail_event(rc, "cannot read event", source, id);
+        once_store_close(store);
+        return code;
+    }
+    once_store_close(store);
+
+    rc = json ? hooks_print_json(&e) : hooks_print_event(&e);
+    once_event_free(&e);
+    if (rc != ONCE_OK) {
+        cli_print_error("cannot format the event: %s", once_strerror(rc));
+        return cli_finish_stdout(CLI_EXIT_STORE);
+    }
+    return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/* ---- hooks redeliver --------------------------------------------------- */
+
+static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"store", required_argument, NULL, CLI_OPT_STORE},
+        {"help", no_argument, NULL, CLI_OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const cli_command *cmd = &hooks_cmd_redeliver;
+    int c;
+    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
+        if (c == -2)
+            return CLI_EXIT_USAGE;
+        if (c == CLI_OPT_HELP) {
+            cli_print_command_help(cmd, stdout);
+            return cli_finish_stdout(CLI_EXIT_OK);
+        }
+        return cli_fail_usage(cmd, "unexpected option");
+    }
+    const char *source = NULL;
+    const char *id = NULL;
+    int code = hooks_source_id_operands(cmd, argc, argv, &source, &id);
+    if (code != CLI_EXIT_OK)
+        return code;
+
+    once_store *store = NULL;
+    code = cli_open_store(ctx, &store);
+    if (code != CLI_EXIT_OK)
+        return code;
+    int rc = once_event_redeliver(store, source, id);
+    if (rc != ONCE_OK) {
+        code = hooks_fail_event(rc, "cannot redeliver event", source, id);
+    } else {
+        /* Both operands passed the checks above: printable, one line. */
+        printf("redelivering %s %s\n", source, id);
+        code = CLI_EXIT_OK;
+    }
+    once_store_close(store);
+    return cli_finish_stdout(code);
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+/* 1 when the long option word (after "--", without "=value") names, or
+ * abbreviates as getopt_long allows, an option that takes a separate value
+ * in any subcommand, so the word after it is that value. */
+static int hooks_takes_value(const char *name)
+{
+    static const char *const with_value[] = {"store", "source", "status", "limit"};
+    size_t n = strlen(name);
+    if (n == 0 || strchr(name, '=') != NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++) {
+        if (strncmp(with_value[i], name, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Options may come before the subcommand (`once hooks --store X ls`), so
+ * the subcommand is the first word that is neither an option nor an
+ * option's value. Its index, or -1; *help is set when -h or --help came
+ * before it. */
+static int hooks_find_subcommand(int argc, char **argv, int *help)
+{
+    *help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0)
+            return i + 1 < argc ? i + 1 : -1;
+        if (a[0] != '-' || a[1] == '\0')
+            return i;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            *help = 1;
+        else if (a[1] == '-' && hooks_takes_value(a + 2))
+            i++;
+    }
+    return -1;
+}
+
+/* Finds the subcommand and runs it on the words around it, so its own
+ * getopt_long sees every option, wherever it was written, and reports
+ * errors with the subcommand's usage. */
+static int hooks_run(cli_ctx *ctx, int argc, char **argv)
+{
+    int help = 0;
+    int at = hooks_find_subcommand(argc, argv, &help);
+    if (at < 0) {
+        if (help) {
+            cli_print_command_help(&cli_cmd_hooks, stdout);
+            return cli_finish_stdout(CLI_EXIT_OK);
+        }
+        return cli_fail_usage(&cli_cmd_hooks, "missing subcommand (ls, show or redeliver)");
+    }
+    const cli_command *sub = NULL;
+    for (size_t i = 0; i < HOOKS_NSUB; i++) {
+        if (strcmp(hooks_subcommands[i]->name, argv[at]) == 0)
+            sub = hooks_subcommands[i];
+    }
+    if (sub == NULL) {
+        char *q = cli_escape_dup(argv[at], strlen(argv[at]), HOOKS_QUOTE_MAX);
+        cli_fail_usage(&cli_cmd_hooks, "unknown subcommand '%s' (expected ls, show or redeliver)",
+                       q != NULL ? q : "?");
+        free(q);
+        return CLI_EXIT_USAGE;
+    }
+    char **sub_argv = malloc((size_t)argc * sizeof *sub_argv);
+    if (sub_argv == NULL) {
+        cli_print_error("out of memory");
+        return CLI_EXIT_STORE;
+    }
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i != at)
+            sub_argv[n++] = argv[i];
+    }
+    sub_argv[n] = NULL;
+    /* As main does: 0 restarts glibc's getopt, permutation included. */
+    optind = 0;
+    int code = sub->run(ctx, n, sub_argv);
+    free(sub_argv);
+    return code;
+}
