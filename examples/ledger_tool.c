@@ -27,6 +27,17 @@
  *   ledger_tool expire   STORE NOW_MS          prints how many leases expired
  *   ledger_tool hold     STORE SCOPE KEY REASON
  *
+ * and the webhook events (deduplicated by SOURCE and EVENT_ID, handed out
+ * through claims whose RECEIPT settles them):
+ *   ledger_tool event-insert STORE SOURCE EVENT_ID BODY [--content-type T] [--headers H]
+ *                            [--retention-ms N] [--count N]
+ *       prints "accepted" or "duplicate"; with --count, inserts
+ *       EVENT_ID-00000 .. EVENT_ID-(N-1), a line each
+ *   ledger_tool event-claim  STORE SOURCE MAX LEASE_MS
+ *       prints "EVENT_ID RECEIPT ATTEMPT" for each event claimed
+ *   ledger_tool event-ack    STORE SOURCE RECEIPT
+ *   ledger_tool event-retry  STORE SOURCE RECEIPT DELAY_MS [--dead] [ERROR]
+ *
  * Exit status: 0 done, 1 refused by the ledger (or bad usage), 2 store error.
  * The integration tests of the `once` CLI use it to put rows in a store.
  */
@@ -49,6 +60,8 @@ typedef struct tool_args {
     int64_t retention_ms;
     const char *fingerprint;
     const char *headers;
+    const char *content_type;
+    int dead; /* --dead, the one option without a value */
     int64_t count;
 } tool_args;
 
@@ -62,7 +75,12 @@ static int tool_usage(const char *msg)
             "[--headers H]\n"
             "       ledger_tool release|unknown STORE SCOPE KEY TOKEN [ERROR]\n"
             "       ledger_tool expire STORE NOW_MS\n"
-            "       ledger_tool hold STORE SCOPE KEY REASON\n",
+            "       ledger_tool hold STORE SCOPE KEY REASON\n"
+            "       ledger_tool event-insert STORE SOURCE EVENT_ID BODY [--content-type T] "
+            "[--headers H] [--retention-ms N] [--count N]\n"
+            "       ledger_tool event-claim STORE SOURCE MAX LEASE_MS\n"
+            "       ledger_tool event-ack STORE SOURCE RECEIPT\n"
+            "       ledger_tool event-retry STORE SOURCE RECEIPT DELAY_MS [--dead] [ERROR]\n",
             msg);
     return 1;
 }
@@ -102,7 +120,9 @@ static int tool_parse_args(int argc, char **argv, tool_args *a)
     a->lease_ms = 30000;
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
-        if (strncmp(s, "--", 2) == 0 && s[2] != '\0') {
+        if (strcmp(s, "--dead") == 0) {
+            a->dead = 1;
+        } else if (strncmp(s, "--", 2) == 0 && s[2] != '\0') {
             if (i + 1 >= argc)
                 return -1;
             const char *v = argv[++i];
@@ -119,6 +139,8 @@ static int tool_parse_args(int argc, char **argv, tool_args *a)
                 a->fingerprint = v;
             } else if (strcmp(s, "--headers") == 0) {
                 a->headers = v;
+            } else if (strcmp(s, "--content-type") == 0) {
+                a->content_type = v;
             } else {
                 return -1;
             }
@@ -187,6 +209,74 @@ static int tool_complete(once_store *store, const tool_args *a)
     return rc == ONCE_OK ? 0 : tool_fail("complete", rc);
 }
 
+static int tool_event_insert_one(once_store *store, const tool_args *a, const char *event_id)
+{
+    /* once_event_insert copies what it stores; the argv strings stay ours. */
+    once_event_in ev = {
+        .source = a->pos[1],
+        .event_id = event_id,
+        .content_type = a->content_type,
+        .headers = a->headers,
+        .headers_len = a->headers != NULL ? strlen(a->headers) : 0,
+        .body = (const uint8_t *)a->pos[3],
+        .body_len = strlen(a->pos[3]),
+        .retention_ms = a->retention_ms,
+    };
+    int inserted = 0;
+    int rc = once_event_insert(store, &ev, &inserted);
+    if (rc != ONCE_OK)
+        return tool_fail("event-insert", rc);
+    printf("%s\n", inserted ? "accepted" : "duplicate");
+    return 0;
+}
+
+static int tool_event_insert(once_store *store, const tool_args *a)
+{
+    if (a->count == 0)
+        return tool_event_insert_one(store, a, a->pos[2]);
+    /* Many events in one process: tests need pages of them, quickly. */
+    char id[ONCE_EVENT_ID_MAX + 1];
+    for (int64_t i = 0; i < a->count; i++) {
+        int n = snprintf(id, sizeof id, "%s-%05" PRId64, a->pos[2], i);
+        if (n < 0 || (size_t)n >= sizeof id)
+            return tool_usage("EVENT_ID is too long for --count");
+        int code = tool_event_insert_one(store, a, id);
+        if (code != 0)
+            return code;
+    }
+    return 0;
+}
+
+static int tool_event_claim(once_store *store, const tool_args *a)
+{
+    int64_t max, lease_ms;
+    if (tool_parse_int(a->pos[2], &max) != 0 || max < 1)
+        return tool_usage("MAX must be a positive number");
+    if (tool_parse_int(a->pos[3], &lease_ms) != 0)
+        return tool_usage("LEASE_MS must be a number");
+    once_event_list claimed;
+    memset(&claimed, 0, sizeof claimed);
+    int rc = once_event_claim(store, a->pos[1], (size_t)max, lease_ms, &claimed);
+    if (rc != ONCE_OK)
+        return tool_fail("event-claim", rc);
+    for (size_t i = 0; i < claimed.count; i++) {
+        const once_event *e = &claimed.items[i];
+        printf("%s %s %" PRId64 "\n", e->event_id, e->receipt, e->attempt);
+    }
+    once_event_list_free(&claimed);
+    return 0;
+}
+
+static int tool_event_retry(once_store *store, const tool_args *a)
+{
+    int64_t delay_ms;
+    if (tool_parse_int(a->pos[3], &delay_ms) != 0)
+        return tool_usage("DELAY_MS must be a number");
+    const char *err = a->npos > 4 ? a->pos[4] : NULL;
+    int rc = once_event_retry(store, a->pos[1], a->pos[2], delay_ms, a->dead, err);
+    return rc == ONCE_OK ? 0 : tool_fail("event-retry", rc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -208,11 +298,19 @@ int main(int argc, char **argv)
         lo = 2, hi = 2;
     } else if (strcmp(cmd, "hold") == 0) {
         lo = 4, hi = 4;
+    } else if (strcmp(cmd, "event-insert") == 0 || strcmp(cmd, "event-claim") == 0) {
+        lo = 4, hi = 4;
+    } else if (strcmp(cmd, "event-ack") == 0) {
+        lo = 3, hi = 3;
+    } else if (strcmp(cmd, "event-retry") == 0) {
+        lo = 4, hi = 5;
     } else {
         return tool_usage("unknown subcommand");
     }
     if (a.npos < lo || a.npos > hi)
         return tool_usage("wrong number of arguments");
+    if (a.dead && strcmp(cmd, "event-retry") != 0)
+        return tool_usage("--dead goes with event-retry only");
 
     once_store *store = NULL;
     int rc = once_store_open(a.pos[0], &store);
@@ -245,9 +343,18 @@ int main(int argc, char **argv)
                 printf("%zu\n", count);
             code = rc == ONCE_OK ? 0 : tool_fail("expire", rc);
         }
-    } else {
+    } else if (strcmp(cmd, "hold") == 0) {
         rc = once_hold(store, a.pos[1], a.pos[2], a.pos[3]);
         code = rc == ONCE_OK ? 0 : tool_fail("hold", rc);
+    } else if (strcmp(cmd, "event-insert") == 0) {
+        code = tool_event_insert(store, &a);
+    } else if (strcmp(cmd, "event-claim") == 0) {
+        code = tool_event_claim(store, &a);
+    } else if (strcmp(cmd, "event-ack") == 0) {
+        rc = once_event_ack(store, a.pos[1], a.pos[2]);
+        code = rc == ONCE_OK ? 0 : tool_fail("event-ack", rc);
+    } else {
+        code = tool_event_retry(store, &a);
     }
     once_store_close(store);
     if (fflush(stdout) != 0)

@@ -85,6 +85,18 @@ static int header_dropped(const proxy *px, const char *name)
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
         if (strcasecmp(name, drop[i]) == 0)
             return 1;
+    /* Headers the client named in Connection are hop-by-hop too (RFC 9110
+     * 7.6.1). */
+    const char *conn = req_header(px->r, "Connection");
+    size_t nlen = strlen(name);
+    for (const char *p = conn; p && *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ", \t");
+        if (len == nlen && strncasecmp(p, name, nlen) == 0)
+            return 1;
+        p += len;
+    }
     /* once's own bearer token is for once, never for the provider. */
     if (px->r->srv->cfg->ntokens && strcasecmp(name, "authorization") == 0)
         return 1;

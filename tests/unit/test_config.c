@@ -1,7 +1,8 @@
 /*
  * test_config.c — the gateway's configuration loader (src/server/config.c):
  * the value parsers, every class of error with the exact file:line, ${NAME}
- * expansion, *_file keys, defaults and the environment overrides.
+ * expansion, *_file keys, defaults and the environment overrides, and the
+ * [source.NAME] webhook sections (per-scheme defaults, secrets, checks).
  *
  * config.c is not part of libonce, so it is compiled into this test.
  */
@@ -83,6 +84,8 @@ static void tc_expect_error(const char *text, int line, const char *what)
     assert_null(cfg.path);
     assert_int_equal(cfg.nupstreams, 0);
     assert_null(cfg.upstreams);
+    assert_int_equal(cfg.nsources, 0);
+    assert_null(cfg.sources);
 }
 
 static void tc_expect_ok(const char *text, once_config *cfg)
@@ -503,7 +506,9 @@ static void test_long_line(void **state)
 static void test_sections(void **state)
 {
     (void)state;
-    tc_expect_error("[server]\n[source.stripe]\nsecret = x\n", 2, "unknown section [source.stripe]");
+    tc_expect_error("[server]\n[sources.stripe]\nsecret = x\n", 2,
+                    "unknown section [sources.stripe] (expected [server], [upstream.NAME] or "
+                    "[source.NAME])");
     tc_expect_error("[Server]\n", 1, "unknown section [Server]");
     tc_expect_error("[ server ]\n", 1, "unknown section [ server ]");
     tc_expect_error("[]\n", 1, "unknown section []");
@@ -907,6 +912,506 @@ static void test_load_errors(void **state)
     config_free(&cfg);
 }
 
+/* ---- [source.NAME] ------------------------------------------------------------ */
+
+/* A Standard Webhooks key from its documentation (24 bytes). */
+#define TC_WHSEC "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+static const char tc_source_example[] =
+    "[source.stripe]\n"
+    "verify = stripe            ; stripe | github | standard | slack | hmac-sha256 | none\n"
+    "secret = ${TC_SECRET}   ; or secret_file; several (comma) for rotation\n"
+    "event_id = json:/id        ; or header:NAME; each scheme has a default\n"
+    "tolerance = 5m             ; for schemes that sign a timestamp\n"
+    "deliver_to = http://127.0.0.1:8000/events   ; push; leave out for pull\n"
+    "deliver_secret = ${TC_EMPTY}        ; optional, whsec_<base64>: sign what we deliver\n"
+    "max_attempts = 12\n"
+    "retry_base = 1s            ; backoff: base * 2^(attempt-1), full jitter, capped\n"
+    "retry_cap = 1h\n"
+    "retention = 7d             ; the dedupe window\n"
+    "timeout = 30s\n"
+    "concurrency = 8\n";
+
+static void test_source_example(void **state)
+{
+    (void)state;
+    once_config cfg;
+    setenv("TC_SECRET", "whsec_new, whsec_old", 1);
+    setenv("TC_EMPTY", TC_WHSEC, 1);
+    tc_expect_ok(tc_source_example, &cfg);
+    assert_int_equal(cfg.nsources, 1);
+    assert_int_equal(cfg.nupstreams, 0);
+    const source_cfg *s = config_source(&cfg, "stripe");
+    assert_non_null(s);
+    assert_ptr_equal(s, &cfg.sources[0]);
+    assert_null(config_source(&cfg, "Stripe"));
+    assert_null(config_source(&cfg, "nope"));
+    assert_null(config_source(&cfg, NULL));
+    assert_null(config_source(NULL, "stripe"));
+    assert_null(config_upstream(&cfg, "stripe")); /* two namespaces */
+    assert_string_equal(s->name, "stripe");
+    assert_int_equal(s->verify, SIG_STRIPE);
+    assert_int_equal(s->nsecrets, 2);
+    assert_string_equal(s->secrets[0], "whsec_new");
+    assert_string_equal(s->secrets[1], "whsec_old");
+    assert_int_equal(s->insecure, 0);
+    assert_string_equal(s->event_id, "json:/id");
+    assert_int_equal(s->tolerance_ms, 300000);
+    assert_null(s->signature_header);
+    assert_int_equal(s->signature_base64, 0);
+    assert_null(s->signature_prefix);
+    assert_string_equal(s->deliver_to, "http://127.0.0.1:8000/events");
+    assert_string_equal(s->deliver_secret, TC_WHSEC);
+    assert_int_equal(s->max_attempts, 12);
+    assert_int_equal(s->retry_base_ms, 1000);
+    assert_int_equal(s->retry_cap_ms, 3600000);
+    assert_int_equal(s->retention_ms, 7 * 86400000LL);
+    assert_int_equal(s->timeout_ms, 30000);
+    assert_int_equal(s->concurrency, 8);
+    assert_int_equal(s->line, 1);
+    config_free(&cfg);
+    assert_null(cfg.sources);
+    assert_int_equal(cfg.nsources, 0);
+    config_free(&cfg);
+}
+
+/* The defaults of every scheme, with the fewest keys each one accepts. */
+static void test_source_defaults(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int verify;
+        const char *event_id;
+    } cases[] = {
+        {"verify = stripe\nsecret = whsec_x\n", SIG_STRIPE, "json:/id"},
+        {"verify = github\nsecret = gh\n", SIG_GITHUB, "header:X-GitHub-Delivery"},
+        {"verify = standard\nsecret = " TC_WHSEC "\n", SIG_STANDARD, "header:webhook-id"},
+        {"verify = slack\nsecret = sl\n", SIG_SLACK, "json:/event_id"},
+        {"verify = hmac-sha256\nsecret = k\nsignature_header = X-Sig\nevent_id = json:/uuid\n",
+         SIG_HMAC_SHA256, "json:/uuid"},
+        {"verify = none\ninsecure = yes\nevent_id = header:X-Id\n", SIG_NONE, "header:X-Id"},
+    };
+    char text[512];
+    once_config cfg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "[server]\nlease = 1m\n\n[source.s%zu]\n%s", i, cases[i].text);
+        tc_expect_ok(text, &cfg);
+        assert_int_equal(cfg.nsources, 1);
+        const source_cfg *s = &cfg.sources[0];
+        assert_int_equal(s->verify, cases[i].verify);
+        assert_string_equal(s->event_id, cases[i].event_id);
+        assert_int_equal(s->insecure, cases[i].verify == SIG_NONE);
+        assert_int_equal(s->nsecrets, cases[i].verify == SIG_NONE ? 0 : 1);
+        assert_int_equal(s->tolerance_ms, 5 * 60000);
+        assert_int_equal(s->signature_base64, 0);
+        assert_null(s->signature_prefix);
+        assert_null(s->deliver_to);
+        assert_null(s->deliver_secret);
+        assert_int_equal(s->max_attempts, 12);
+        assert_int_equal(s->retry_base_ms, 1000);
+        assert_int_equal(s->retry_cap_ms, 3600000);
+        assert_int_equal(s->retention_ms, 7 * 86400000LL);
+        assert_int_equal(s->timeout_ms, 30000);
+        assert_int_equal(s->concurrency, 8);
+        assert_int_equal(s->line, 4);
+        /* The source's retention is its own, not the server's. */
+        assert_int_equal(cfg.retention_ms, 86400000);
+        config_free(&cfg);
+    }
+    /* hmac-sha256 with everything; the schemes' own event_id overridden. */
+    tc_expect_ok("[source.shop]\nverify = hmac-sha256\nsecret = k1,k2\nsignature_header = "
+                 "X-Shop-Hmac-Sha256\nsignature_encoding = base64\nsignature_prefix = sha256=\n"
+                 "event_id = header:X-Shop-Webhook-Id\n"
+                 "[source.gh]\nverify = github\nsecret = s\nevent_id = json:/hook/id\n"
+                 "[source.sl]\nverify = slack\nsecret = s\ntolerance = 250ms\nevent_id = json:\n",
+                 &cfg);
+    assert_int_equal(cfg.nsources, 3);
+    const source_cfg *s = config_source(&cfg, "shop");
+    assert_string_equal(s->signature_header, "X-Shop-Hmac-Sha256");
+    assert_int_equal(s->signature_base64, 1);
+    assert_string_equal(s->signature_prefix, "sha256=");
+    assert_string_equal(s->event_id, "header:X-Shop-Webhook-Id");
+    assert_int_equal(s->nsecrets, 2);
+    assert_string_equal(config_source(&cfg, "gh")->event_id, "json:/hook/id");
+    assert_int_equal(config_source(&cfg, "gh")->line, 8);
+    assert_string_equal(config_source(&cfg, "sl")->event_id, "json:");
+    assert_int_equal(config_source(&cfg, "sl")->tolerance_ms, 250);
+    config_free(&cfg);
+    tc_expect_ok("[source.s]\nverify = hmac-sha256\nsecret = k\nsignature_header = X-Sig\n"
+                 "signature_encoding = hex\nevent_id = header:X-Id\n",
+                 &cfg);
+    assert_int_equal(cfg.sources[0].signature_base64, 0);
+    config_free(&cfg);
+    /* Sources, upstreams and [server] mix in any order. */
+    tc_expect_ok("[source.a]\nverify = github\nsecret = s\n[upstream.a]\nurl = http://a\n"
+                 "[server]\nlease = 1m\n[source.b]\nverify = github\nsecret = t\n",
+                 &cfg);
+    assert_int_equal(cfg.nsources, 2);
+    assert_int_equal(cfg.nupstreams, 1);
+    assert_string_equal(config_source(&cfg, "b")->secrets[0], "t");
+    config_free(&cfg);
+}
+
+static void test_source_names(void **state)
+{
+    (void)state;
+    tc_expect_error("[source.]\n", 1, "[source.]: a source name is 1-64 characters");
+    tc_expect_error("[source.a/b]\nverify = github\n", 1, "a source name is 1-64 characters");
+    tc_expect_error("[source.a b]\n", 1, "a source name is 1-64 characters");
+    tc_expect_error("[source]\n", 1, "unknown section [source]");
+    tc_expect_error("[Source.a]\n", 1, "unknown section [Source.a]");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\n\n[source.a]\n", 5,
+                    "duplicate section [source.a] (first at line 1)");
+    tc_expect_error("[source.a]\n; nothing\n", 1,
+                    "[source.a] has no verify (stripe, github, standard, slack, hmac-sha256 or "
+                    "none)");
+    /* 64 characters (more than inih's section buffer), and 65. */
+    char name[80];
+    char text[256];
+    memset(name, 'n', 64);
+    name[64] = '\0';
+    snprintf(text, sizeof text, "[source.%s]\nverify = github\nsecret = s\n", name);
+    once_config cfg;
+    tc_expect_ok(text, &cfg);
+    assert_non_null(config_source(&cfg, name));
+    config_free(&cfg);
+    snprintf(text, sizeof text, "[source.%sn]\nverify = github\nsecret = s\n", name);
+    tc_expect_error(text, 1, "a source name is 1-64 characters");
+    tc_expect_ok("[source.A-z_0.9]\nverify = github\nsecret = s\n", &cfg);
+    assert_non_null(config_source(&cfg, "A-z_0.9"));
+    config_free(&cfg);
+    /* Many sources (the arrays grow). */
+    size_t cap = 100 * 64;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    size_t len = 0;
+    for (int i = 0; i < 100; i++) {
+        int n = snprintf(big + len, cap - len, "[source.s%d]\nverify = github\nsecret = k%d\n", i,
+                         i);
+        assert_true(n > 0 && (size_t)n < cap - len);
+        len += (size_t)n;
+    }
+    tc_expect_ok(big, &cfg);
+    assert_int_equal(cfg.nsources, 100);
+    assert_string_equal(config_source(&cfg, "s99")->secrets[0], "k99");
+    assert_int_equal(config_source(&cfg, "s50")->line, 151);
+    config_free(&cfg);
+    free(big);
+}
+
+/* Every error a source can have, with its line. */
+static void test_source_errors(void **state)
+{
+    (void)state;
+    /* Keys. */
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nurl = http://a\n", 4,
+                    "unknown key 'url' in [source.a]");
+    tc_expect_error("[source.a]\nverify = github\nVerify = github\n", 3, "unknown key 'Verify'");
+    tc_expect_error("[source.a]\nverify = github\nverify = stripe\n", 3, "duplicate key 'verify'");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nsecret = t\n", 4,
+                    "duplicate key 'secret'");
+    tc_expect_error("[source.a]\nverify = github\nlisten = 127.0.0.1:1\n", 3,
+                    "unknown key 'listen' in [source.a]");
+    /* verify. */
+    tc_expect_error("[source.a]\nverify = Stripe\n", 2,
+                    "verify: 'Stripe' is not stripe, github, standard, slack, hmac-sha256 or none");
+    tc_expect_error("[source.a]\nverify = hmac\n", 2, "verify: 'hmac' is not");
+    tc_expect_error("[source.a]\nverify =\n", 2, "verify: '' is not");
+    /* none needs insecure = yes, named at verify's line; and takes no secret. */
+    tc_expect_error("[source.a]\nevent_id = json:/id\n\nverify = none\n", 4,
+                    "verify: none accepts whatever anyone sends to this source; it needs "
+                    "insecure = yes");
+    tc_expect_error("[source.a]\nverify = none\ninsecure = no\nevent_id = json:/id\n", 2,
+                    "it needs insecure = yes");
+    tc_expect_error("[source.a]\nverify = none\ninsecure = maybe\n", 3,
+                    "insecure: 'maybe' is not yes or no");
+    tc_expect_error("[source.a]\nverify = none\ninsecure = yes\nevent_id = json:/id\nsecret = s\n",
+                    5, "[source.a]: verify = none checks no signature");
+    tc_expect_error("[source.a]\nverify = none\ninsecure = yes\n", 1,
+                    "[source.a]: event_id is required with verify = none");
+    /* Any other scheme needs a secret, and insecure is not for it. */
+    tc_expect_error("[source.a]\nverify = stripe\n", 1,
+                    "[source.a]: verify = stripe needs secret or secret_file");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\ninsecure = yes\n", 4,
+                    "insecure: yes only goes with verify = none (this source verifies github");
+    /* hmac-sha256. */
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsecret = s\nevent_id = json:/id\n", 1,
+                    "[source.a]: verify = hmac-sha256 needs signature_header");
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsecret = s\nsignature_header = X\n", 1,
+                    "[source.a]: event_id is required with verify = hmac-sha256");
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsignature_header = X Sig\n", 3,
+                    "signature_header: 'X Sig' is not a valid header name");
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsignature_encoding = HEX\n", 3,
+                    "signature_encoding: 'HEX' is not hex or base64");
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsignature_prefix =\n", 3,
+                    "signature_prefix: empty");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nsignature_header = X\n", 4,
+                    "signature_header: only for verify = hmac-sha256 (this source has verify = "
+                    "github)");
+    tc_expect_error("[source.a]\nsignature_encoding = hex\nverify = stripe\nsecret = s\n", 2,
+                    "signature_encoding: only for verify = hmac-sha256");
+    tc_expect_error("[source.a]\nverify = slack\nsecret = s\n\nsignature_prefix = v0=\n", 5,
+                    "signature_prefix: only for verify = hmac-sha256");
+    /* tolerance: only for schemes that sign a timestamp, and more than 0. */
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\ntolerance = 5m\n", 4,
+                    "tolerance: verify = github signs no timestamp");
+    tc_expect_error("[source.a]\nverify = hmac-sha256\nsecret = s\nsignature_header = X\n"
+                    "event_id = json:/id\ntolerance = 1m\n",
+                    6, "tolerance: verify = hmac-sha256 signs no timestamp");
+    tc_expect_error("[source.a]\nverify = stripe\nsecret = s\ntolerance = 0s\n", 4,
+                    "tolerance: must be more than 0");
+    tc_expect_error("[source.a]\nverify = stripe\nsecret = s\ntolerance = 5\n", 4,
+                    "tolerance: '5' is not a duration");
+    /* Standard secrets are whsec_ + base64: named at the secret's line, not
+     * shown. */
+    tc_expect_error("[source.a]\nverify = standard\nsecret = " TC_WHSEC ", whsec_AB==\n", 3,
+                    "[source.a]: secret 2 is not \"whsec_\" followed by base64 (verify = "
+                    "standard)");
+    tc_expect_error("[source.a]\nsecret = sk_live_x\n\nverify = standard\n", 2,
+                    "secret 1 is not \"whsec_\"");
+    /* Push-only keys without deliver_to. */
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\ndeliver_secret = " TC_WHSEC "\n", 4,
+                    "deliver_secret: only applies with deliver_to (push delivery)");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\ntimeout = 5s\n", 4,
+                    "timeout: only applies with deliver_to");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nconcurrency = 2\n", 4,
+                    "concurrency: only applies with deliver_to");
+    /* deliver_to is a URL like an upstream's url. */
+    static const struct {
+        const char *in;
+        const char *what;
+    } bad_urls[] = {
+        {"ftp://a/x", "deliver_to: 'ftp://a/x' must start with http:// or https://"},
+        {"127.0.0.1:8000/events", "must start with http://"},
+        {"http:///events", "has no host"},
+        {"http://a:0/x", "bad port"},
+        {"http://u:p@a/x", "no user:password@"},
+        {"http://a/x?token=1", "'?' and '#' are not allowed in the URL"},
+        {"http://[::1/x", "bad [IPv6] host"},
+    };
+    char text[512];
+    for (size_t i = 0; i < sizeof bad_urls / sizeof bad_urls[0]; i++) {
+        snprintf(text, sizeof text, "[source.a]\nverify = github\nsecret = s\ndeliver_to = %s\n",
+                 bad_urls[i].in);
+        tc_expect_error(text, 4, bad_urls[i].what);
+    }
+    /* deliver_secret: whsec_ + base64 of at least one byte; not shown. */
+    static const char *const bad_whsec[] = {"whsec_",      "whsec_!!!!", "whsec_A",  "whsec_AB==",
+                                            "whsec_AAF=",  "whsec_A===", "Zm9vYmFy", "WHSEC_Zm9v",
+                                            "whsec_Zm9v ", "whsec_Zm9v\tZm9v"};
+    for (size_t i = 0; i < sizeof bad_whsec / sizeof bad_whsec[0]; i++) {
+        setenv("TC_SECRET", bad_whsec[i], 1);
+        snprintf(text, sizeof text,
+                 "[source.a]\nverify = github\nsecret = s\ndeliver_to = http://a/x\n"
+                 "deliver_secret = ${TC_SECRET}\n");
+        tc_expect_error(text, 5, "deliver_secret: not \"whsec_\" followed by base64");
+    }
+    /* Numbers and durations. */
+    static const struct {
+        const char *line;
+        const char *what;
+    } bad_values[] = {
+        {"max_attempts = 0", "max_attempts: '0' is not a number from 1 to 1000"},
+        {"max_attempts = 1001", "max_attempts: '1001' is not a number from 1 to 1000"},
+        {"max_attempts = -1", "max_attempts: '-1' is not a number"},
+        {"concurrency = 0", "concurrency: '0' is not a number from 1 to 1000"},
+        {"concurrency = 1001", "concurrency: '1001' is not a number from 1 to 1000"},
+        {"concurrency = 8x", "concurrency: '8x' is not a number"},
+        {"retry_base = 0s", "retry_base: must be more than 0"},
+        {"retry_cap = 0ms", "retry_cap: must be more than 0"},
+        {"retention = 0d", "retention: must be more than 0"},
+        {"retention = 7 d", "retention: '7 d' is not a duration"},
+        {"timeout = 0s", "timeout: must be more than 0"},
+        {"timeout = 30", "timeout: '30' is not a duration"},
+    };
+    for (size_t i = 0; i < sizeof bad_values / sizeof bad_values[0]; i++) {
+        snprintf(text, sizeof text,
+                 "[source.a]\nverify = github\nsecret = s\ndeliver_to = http://a/x\n%s\n",
+                 bad_values[i].line);
+        tc_expect_error(text, 5, bad_values[i].what);
+    }
+    /* retry_cap >= retry_base: at retry_cap's line, else retry_base's (the
+     * default cap is 1h). */
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nretry_cap = 1s\nretry_base = 2s\n", 4,
+                    "[source.a]: retry_cap is shorter than retry_base");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nretry_base = 2h\n", 4,
+                    "retry_cap is shorter than retry_base");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nretry_cap = 500ms\n", 4,
+                    "retry_cap is shorter than retry_base");
+    once_config cfg;
+    tc_expect_ok("[source.a]\nverify = github\nsecret = s\nretry_base = 1m\nretry_cap = 1m\n"
+                 "max_attempts = 1\nretention = 1ms\n",
+                 &cfg);
+    assert_int_equal(cfg.sources[0].retry_base_ms, 60000);
+    assert_int_equal(cfg.sources[0].retry_cap_ms, 60000);
+    assert_int_equal(cfg.sources[0].max_attempts, 1);
+    assert_int_equal(cfg.sources[0].retention_ms, 1);
+    config_free(&cfg);
+    tc_expect_ok("[source.a]\nverify = github\nsecret = s\ndeliver_to = https://[::1]:8443/in/\n"
+                 "timeout = 2m\nconcurrency = 1000\nmax_attempts = 1000\n"
+                 "deliver_secret = whsec_AAE=\n",
+                 &cfg);
+    assert_string_equal(cfg.sources[0].deliver_to, "https://[::1]:8443/in/"); /* kept as is */
+    assert_int_equal(cfg.sources[0].timeout_ms, 120000);
+    assert_int_equal(cfg.sources[0].concurrency, 1000);
+    assert_int_equal(cfg.sources[0].max_attempts, 1000);
+    assert_string_equal(cfg.sources[0].deliver_secret, "whsec_AAE=");
+    config_free(&cfg);
+    /* The first source's error is reported even when a later one is fine. */
+    tc_expect_error("[source.a]\nverify = github\n[source.b]\nverify = github\nsecret = s\n", 1,
+                    "[source.a]: verify = github needs secret");
+}
+
+static void test_source_event_id(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"json:/id", "json:", "json:/", "json:/a/b~0c~1d/0",
+                                       "json:/data/object/id", "header:X-Request-Id",
+                                       "header:webhook-id", "json:/a b"};
+    char text[256];
+    once_config cfg;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        snprintf(text, sizeof text, "[source.a]\nverify = github\nsecret = s\nevent_id = %s\n",
+                 good[i]);
+        tc_expect_ok(text, &cfg);
+        assert_string_equal(cfg.sources[0].event_id, good[i]);
+        config_free(&cfg);
+    }
+    static const struct {
+        const char *in;
+        const char *what;
+    } bad[] = {
+        {"/id", "event_id: '/id' is not json:/POINTER or header:NAME"},
+        {"id", "is not json:/POINTER or header:NAME"},
+        {"JSON:/id", "is not json:/POINTER or header:NAME"},
+        {"body:/id", "is not json:/POINTER or header:NAME"},
+        {"", "event_id: '' is not json:/POINTER"},
+        {"json:id", "event_id: 'json:id' is not a JSON pointer"},
+        {"json:/a~2", "is not a JSON pointer"},
+        {"json:/a~", "is not a JSON pointer"},
+        {"header:", "event_id: 'header:' is not header: then a valid header name"},
+        {"header:X Id", "is not header: then a valid header name"},
+        {"header: X-Id", "is not header: then a valid header name"},
+        {"header:X-Id:", "is not header: then a valid header name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "[source.a]\nverify = github\nsecret = s\n\nevent_id = %s\n",
+                 bad[i].in);
+        tc_expect_error(text, 5, bad[i].what);
+    }
+    /* A variable cannot put a control character into a pointer. */
+    setenv("TC_SECRET", "/a\r\nb", 1);
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nevent_id = json:${TC_SECRET}\n", 4,
+                    "is not a JSON pointer");
+}
+
+/* secret lists (rotation) and secret_file. */
+static void test_source_secrets(void **state)
+{
+    (void)state;
+    once_config cfg;
+    char text[512];
+    /* Comma-separated, trimmed, in order. */
+    tc_expect_ok("[source.a]\nverify = github\nsecret = new ,\told,  older\n", &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 3);
+    assert_string_equal(cfg.sources[0].secrets[0], "new");
+    assert_string_equal(cfg.sources[0].secrets[1], "old");
+    assert_string_equal(cfg.sources[0].secrets[2], "older");
+    config_free(&cfg);
+    /* Inline ';' glued to a value is part of it; ';' after a space starts a
+     * comment. */
+    tc_expect_ok("[source.a]\nverify = github\nsecret = a;b ; comment\n", &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 1);
+    assert_string_equal(cfg.sources[0].secrets[0], "a;b");
+    config_free(&cfg);
+    /* Standard: every secret of the list must be whsec_. */
+    tc_expect_ok("[source.a]\nverify = standard\nsecret = " TC_WHSEC ",whsec_AAE=\n", &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 2);
+    config_free(&cfg);
+    /* Errors: never the secret itself. */
+    static const struct {
+        const char *value;
+        const char *what;
+    } bad[] = {
+        {"", "secret: secret 1 is empty"},
+        {"a,", "secret: secret 2 is empty"},
+        {",a", "secret: secret 1 is empty"},
+        {"a, ,b", "secret: secret 2 is empty"},
+        {"a,b\x01z", "secret: secret 2 contains a control character"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("TC_SECRET", bad[i].value, 1);
+        tc_expect_error("[source.a]\nverify = github\nsecret = ${TC_SECRET}\n", 3, bad[i].what);
+    }
+    char err[512];
+    setenv("TC_SECRET", "hunter2,bad\x01", 1);
+    assert_true(tc_load("[source.a]\nverify = github\nsecret = ${TC_SECRET}\n", &cfg, err,
+                        sizeof err) < 0);
+    assert_null(strstr(err, "hunter2"));
+    /* 16 secrets at most. */
+    tc_expect_ok("[source.a]\nverify = github\nsecret = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16\n",
+                 &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 16);
+    config_free(&cfg);
+    tc_expect_error("[source.a]\nverify = github\n"
+                    "secret = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\n",
+                    3, "secret: at most 16 secrets");
+    /* secret and secret_file: one or the other. */
+    tc_write("sec", "s1\n");
+    tc_expect_error("[source.a]\nverify = github\nsecret = s\nsecret_file = sec\n", 4,
+                    "secret_file: the secrets are already given by secret; use one of them");
+    tc_expect_error("[source.a]\nverify = github\nsecret_file = sec\nsecret = s\n", 4,
+                    "secret: the secrets are already given by secret_file");
+
+    /* secret_file: one per line or comma-separated, trimmed, # comments and
+     * blank lines skipped, relative to the config's directory, CRLF fine,
+     * contents literal. */
+    tc_write("secrets", "# rotation: newest first\n  whsec_new  \r\n\nwhsec_a, whsec_b\n${X}\n");
+    tc_expect_ok("[source.a]\nverify = stripe\nsecret_file = secrets\n", &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 4);
+    assert_string_equal(cfg.sources[0].secrets[0], "whsec_new");
+    assert_string_equal(cfg.sources[0].secrets[1], "whsec_a");
+    assert_string_equal(cfg.sources[0].secrets[2], "whsec_b");
+    assert_string_equal(cfg.sources[0].secrets[3], "${X}");
+    config_free(&cfg);
+    snprintf(text, sizeof text, "[source.a]\nverify = github\nsecret_file = %s/secrets\n", tc.dir);
+    tc_expect_ok(text, &cfg);
+    assert_int_equal(cfg.sources[0].nsecrets, 4);
+    config_free(&cfg);
+    /* A long secret is fine in a file (not on a 198-character line). */
+    char big[2048];
+    memcpy(big, "whsec_", 6);
+    memset(big + 6, 'A', 1200);
+    memcpy(big + 1206, "\n", 2);
+    tc_write("long", big);
+    tc_expect_ok("[source.a]\nverify = standard\nsecret_file = long\n", &cfg);
+    assert_int_equal(strlen(cfg.sources[0].secrets[0]), 1206);
+    config_free(&cfg);
+    /* Too long for webhook_sig: refused here, at the key's line. */
+    char *huge = malloc(5000);
+    assert_non_null(huge);
+    memset(huge, 'k', 4097);
+    memcpy(huge + 4097, "\n", 2);
+    tc_write("huge", huge);
+    free(huge);
+    tc_expect_error("[source.a]\nverify = github\nsecret_file = huge\n", 3,
+                    "huge' line 1: secret 1 is longer than 4096 bytes");
+    /* Errors in the file name the key's line and the file's. */
+    tc_expect_error("[source.a]\nverify = github\n\nsecret_file = missing\n", 4,
+                    "secret_file: cannot open '");
+    tc_write("empty", "# nothing yet\n\n");
+    tc_expect_error("[source.a]\nverify = github\nsecret_file = empty\n", 3, "has no entries");
+    tc_write("holes", "a\nb,,c\n");
+    tc_expect_error("[source.a]\nverify = github\nsecret_file = holes\n", 3,
+                    "holes' line 2: secret 3 is empty");
+    tc_write("std", "whsec_Zm9v\nnot-a-whsec\n");
+    tc_expect_error("[source.a]\nverify = standard\nsecret_file = std\n", 3,
+                    "[source.a]: secret 2 is not \"whsec_\" followed by base64");
+    tc_expect_error("[source.a]\nverify = github\nsecret_file =\n", 3,
+                    "secret_file: empty file name");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -934,6 +1439,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_overrides, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_many_upstreams, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_load_errors, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_example, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_defaults, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_names, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_errors, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_event_id, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_source_secrets, tc_setup, tc_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
