@@ -242,6 +242,23 @@ static void actions_reserve(req *r)
 
 /* ---- complete / release / unknown ------------------------------------------ */
 
+static void reply_record(req *r, const once_action *a);
+
+/* On the worker: the record as it is now, so the agent needs no second
+ * round trip (the store writer that ran on_settled must not read). */
+static void settled_job(void *arg)
+{
+    act *a = arg;
+    once_action rec;
+    int rc = once_get(a->r->srv->store, a->scope, a->key, &rec);
+    if (rc < 0) {
+        act_fail(a->r, rc, once_errdetail());
+        return;
+    }
+    reply_record(a->r, &rec);
+    once_action_free(&rec);
+}
+
 static void on_settled(void *ctx, int rc, const char *detail)
 {
     act *a = ctx;
@@ -249,8 +266,9 @@ static void on_settled(void *ctx, int rc, const char *detail)
         act_fail(a->r, rc, detail);
         return;
     }
-    req_json(a->r, 200, json_pack("{s:s, s:s, s:s}", "scope", a->scope, "key", a->key, "state",
-                                  once_state_name(a->settled)));
+    if (worker_run(a->r->srv->worker, settled_job, a) < 0)
+        req_json(a->r, 200, json_pack("{s:s, s:s, s:s}", "scope", a->scope, "key", a->key, "state",
+                                      once_state_name(a->settled)));
 }
 
 static void actions_settle(req *r, const char *verb)

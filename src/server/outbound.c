@@ -148,9 +148,10 @@ static int transfer_setup(transfer *t)
             return -1;
         t->slist = s;
     }
-    /* No "Expect: 100-continue" round trip, and no default Accept. */
-    static const char *const quiet[] = {"Expect:", "Accept:"};
-    for (size_t i = 0; i < 2; i++) {
+    /* No "Expect: 100-continue" round trip, and none of curl's defaults
+     * (Accept, a form Content-Type) that the client did not send. */
+    static const char *const quiet[] = {"Expect:", "Accept:", "Content-Type:"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
         int given = 0;
         size_t ql = strlen(quiet[i]) - 1;
         for (size_t j = 0; j < c->nheaders; j++)
