@@ -38,8 +38,8 @@ static int check_config_file(const char *path)
     }
     /* Escaped: a file name can hold anything, and this is one line. */
     char *q = cli_escape_dup(path, strlen(path), 0);
-    printf("%s: ok (%zu upstream%s)\n", q != NULL ? q : path, cfg.nupstreams,
-           cfg.nupstreams == 1 ? "" : "s");
+    printf("%s: ok (%zu upstream%s, %zu webhook source%s)\n", q != NULL ? q : path, cfg.nupstreams,
+           cfg.nupstreams == 1 ? "" : "s", cfg.nsources, cfg.nsources == 1 ? "" : "s");
     free(q);
     config_free(&cfg);
     return cli_finish_stdout(CLI_EXIT_OK);
