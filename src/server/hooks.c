@@ -185,11 +185,13 @@ static void on_inserted(void *ctx, int rc, const char *detail)
         req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "the event was not stored: %s", detail);
         return;
     }
-    metrics_webhook(srv->metrics, g->src->cfg->name, g->inserted ? MW_ACCEPTED : MW_DUPLICATE);
+    int inserted = g->inserted, push = g->src->cfg->deliver_to != NULL;
+    metrics_webhook(srv->metrics, g->src->cfg->name, inserted ? MW_ACCEPTED : MW_DUPLICATE);
     metrics_webhook_ack(srv->metrics, (mono_ms() - r->t0) / 1e3);
-    r->outcome = g->inserted ? "accepted" : "duplicate";
-    req_json(r, 200, json_pack("{s:s}", "status", g->inserted ? "accepted" : "duplicate"));
-    if (g->inserted && g->src->cfg->deliver_to)
+    r->outcome = inserted ? "accepted" : "duplicate";
+    /* After the reply the request (and g) may be freed at any moment. */
+    req_json(r, 200, json_pack("{s:s}", "status", inserted ? "accepted" : "duplicate"));
+    if (inserted && push)
         delivery_kick(srv);
 }
 

@@ -90,7 +90,9 @@ int server_run(once_config *cfg);
 
 /* Attaches the answer and, if the request is parked, resumes it. Any
  * thread; exactly once per request. Takes ownership of resp (NULL means the
- * response could not be built: a 500 is sent). */
+ * response could not be built: a 500 is sent). Once it is called, the
+ * request and its state may be freed by the HTTP thread at any moment:
+ * read nothing from them afterwards. */
 void req_reply(req *r, unsigned status, struct MHD_Response *resp);
 
 /* Answers with a problem+json body. extra (may be NULL) is merged into it
