@@ -39,12 +39,16 @@ static int gc_run(cli_ctx *ctx, int argc, char **argv)
     int code = cli_open_store(ctx, &store);
     if (code != CLI_EXIT_OK)
         return code;
-    size_t count = 0;
+    size_t count = 0, events = 0;
     int rc = once_sweep(store, once_now_ms(), &count);
-    if (rc != ONCE_OK)
+    if (rc != ONCE_OK) {
         code = cli_fail_once(rc, "cannot delete expired actions");
-    else
-        printf("deleted %zu expired action%s\n", count, count == 1 ? "" : "s");
+    } else if ((rc = once_event_sweep(store, once_now_ms(), &events)) != ONCE_OK) {
+        code = cli_fail_once(rc, "cannot delete expired webhook events");
+    } else {
+        printf("deleted %zu expired action%s and %zu webhook event%s\n", count, count == 1 ? "" : "s", events,
+               events == 1 ? "" : "s");
+    }
     once_store_close(store);
     return cli_finish_stdout(code);
 }

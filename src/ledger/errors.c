@@ -19,7 +19,7 @@ const char *once_strerror(int code)
     case ONCE_EINVAL: return "invalid argument";
     case ONCE_ENOMEM: return "out of memory";
     case ONCE_ESTORE: return "store failure";
-    case ONCE_ENOTFOUND: return "no such action";
+    case ONCE_ENOTFOUND: return "not found";
     case ONCE_ESTALE: return "stale token";
     case ONCE_ESTATE: return "transition not allowed";
     case ONCE_ESCHEMA: return "store written by a newer version";
