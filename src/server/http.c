@@ -372,8 +372,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         r->method = method;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > r->srv->cfg->max_body)
+        if (cl && strtoull(cl, NULL, 10) > r->srv->cfg->max_body) {
+            /* Answer before the body arrives: MHD then closes the
+             * connection instead of reading megabytes it will drop. */
             r->too_large = 1;
+            r->dispatched = 1;
+            r->route = "any";
+            req_problem(r, 413, "body_too_large", "Body too large", NULL, "the body exceeds max_body (%zu bytes)",
+                        r->srv->cfg->max_body);
+            return send_ready(r);
+        }
         return MHD_YES;
     }
     if (*upload_data_size) {
