@@ -3,6 +3,8 @@
  */
 #include "store/batchq.h"
 
+#include <errno.h>
+
 #include "once/once.h"
 
 int bq_init(batchq *q)
@@ -53,20 +55,19 @@ int bq_submit(batchq *q, bq_item *item)
 int bq_submit_wait(batchq *q, bq_item *item)
 {
     item->on_done = NULL;
-    item->done = 0;
-    if (pthread_cond_init(&item->done_cond, NULL) != 0)
+    if (sem_init(&item->done, 0, 0) != 0)
         return ONCE_ENOMEM;
     pthread_mutex_lock(&q->mu);
     if (q->closed) {
         pthread_mutex_unlock(&q->mu);
-        pthread_cond_destroy(&item->done_cond);
+        sem_destroy(&item->done);
         return ONCE_ECLOSED;
     }
     bq_push(q, item);
-    while (!item->done)
-        pthread_cond_wait(&item->done_cond, &q->mu);
     pthread_mutex_unlock(&q->mu);
-    pthread_cond_destroy(&item->done_cond);
+    while (sem_wait(&item->done) != 0 && errno == EINTR)
+        ;
+    sem_destroy(&item->done);
     return ONCE_OK;
 }
 
@@ -93,23 +94,16 @@ size_t bq_take(batchq *q, bq_item **out, size_t max)
 
 void bq_finish(batchq *q, bq_item **items, size_t n)
 {
-    /* Asynchronous items first: a sleeping caller may free its item as soon
-     * as it is woken, so nothing is read from those after the signal. */
+    (void)q;
     for (size_t i = 0; i < n; i++) {
         bq_item *it = items[i];
-        if (it->on_done) {
-            items[i] = NULL;
+        /* Nothing is read from an item after it is handed back: a woken
+         * caller frees its item at once. */
+        if (it->on_done)
             it->on_done(it);
-        }
+        else
+            sem_post(&it->done);
     }
-    pthread_mutex_lock(&q->mu);
-    for (size_t i = 0; i < n; i++) {
-        if (!items[i])
-            continue;
-        items[i]->done = 1;
-        pthread_cond_signal(&items[i]->done_cond);
-    }
-    pthread_mutex_unlock(&q->mu);
 }
 
 void bq_close(batchq *q)

@@ -10,6 +10,7 @@
 #define ONCE_STORE_BATCHQ_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stddef.h>
 
 typedef struct bq_item {
@@ -17,8 +18,9 @@ typedef struct bq_item {
     /* Set for an asynchronous item: called (on the writer thread, outside
      * the queue's lock) instead of waking a sleeping caller. */
     void (*on_done)(struct bq_item *item);
-    pthread_cond_t done_cond;
-    int done;
+    /* A sleeping caller waits on its own semaphore, posted without the
+     * queue's lock: waking 64 callers must not make them queue for it. */
+    sem_t done;
 } bq_item;
 
 typedef struct batchq {

@@ -192,7 +192,10 @@ int sqlite_schema_prepare(sqlite3 *db, int memory)
             return once_fail(ONCE_ESTORE, "cannot switch the store to WAL: %s", sqlite3_errmsg(db));
         /* FULL: a commit is on disk before the caller hears of it. Automatic
          * checkpoints stay off: they run inside a commit and raise its p99. */
-        if ((rc = exec(db, "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0")) < 0)
+        /* journal_size_limit: once a checkpoint catches up and the WAL
+         * restarts, its file is cut back instead of staying at its peak. */
+        if ((rc = exec(db, "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0; "
+                           "PRAGMA journal_size_limit = 67108864")) < 0)
             return rc;
     }
     if (version < LATEST)

@@ -164,6 +164,12 @@ static void *ckpt_main(void *arg)
     sq_conn c;
     if (sq_conn_open(&c, s->path) < 0)
         return NULL; /* the WAL then grows until the next open checkpoints it */
+    /* A connection learns that the file is in WAL mode only when it first
+     * reads it; until then a checkpoint silently does nothing. */
+    if (sqlite3_exec(c.db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) != SQLITE_OK) {
+        sq_conn_close(&c);
+        return NULL;
+    }
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted) {
@@ -178,7 +184,8 @@ static void *ckpt_main(void *arg)
         pthread_mutex_unlock(&s->ckpt_mu);
         /* PASSIVE never waits for readers or the writer: it copies what it
          * can and leaves the rest for the next round. */
-        sqlite3_wal_checkpoint_v2(c.db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        int log = 0, done = 0;
+        sqlite3_wal_checkpoint_v2(c.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
         pthread_mutex_lock(&s->ckpt_mu);
     }
     pthread_mutex_unlock(&s->ckpt_mu);

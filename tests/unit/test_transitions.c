@@ -293,7 +293,8 @@ static void test_expire_leases(void **state)
     (void)t2;
 }
 
-/* UNKNOWN -> HELD; reserve answers HELD with the reason in action.error. */
+/* UNKNOWN -> HELD; reserve answers HELD with the reason in action.error,
+ * followed by the error that made the action unknown. */
 static void test_hold(void **state)
 {
     th_env *e = *state;
@@ -305,7 +306,7 @@ static void test_hold(void **state)
     th_get(e->st, S, "k", &a);
     assert_int_equal(a.state, ONCE_STATE_HELD);
     assert_int_equal(a.attempt, 1);
-    assert_string_equal(a.error, "no lookup configured");
+    assert_string_equal(a.error, "no lookup configured (after: reset)");
     assert_int_equal(a.expires_at, 0);
 
     once_reserve_req req = th_req(S, "k", 60000);
