@@ -95,6 +95,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die_usage(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -165,6 +166,7 @@ struct run {
     char err[512]; /* the first error; written under mu */
 };
 
+static void run_fail(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void run_fail(run *r, const char *fmt, ...) {
     pthread_mutex_lock(&r->mu);
     if (!atomic_load(&r->failed)) {
