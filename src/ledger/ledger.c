@@ -86,10 +86,7 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
     once_reserve_req r = *req;
     if (r.retention_ms == 0)
         r.retention_ms = DEFAULT_RETENTION_MS;
-    char token[ONCE_TOKEN_LEN + 1];
-    if ((rc = once_token_new(token)) < 0)
-        return rc;
-    rc = store->vt->reserve(store, &r, once_now_ms(), token, out, cb, ctx);
+    rc = store->vt->reserve(store, &r, once_now_ms(), out, cb, ctx);
     if (rc < 0)
         once_reservation_free(out);
     return rc;

@@ -68,7 +68,7 @@ typedef struct once_config {
     char **tokens;         /* from tokens_file: one per line, blank lines and # comments skipped */
     size_t ntokens;
     int64_t grace_ms;      /* shutdown_grace = 30s */
-    int threads;           /* threads = 2: HTTP worker threads */
+    int threads;           /* threads = 4: HTTP worker threads */
     unsigned max_connections; /* max_connections = 4096 */
     int64_t loop_interval_ms; /* loop_interval = 1s: lease expiry / hold / sweep */
     upstream_cfg *upstreams;

@@ -42,8 +42,17 @@ struct delivery {
     int quiesced;
     int stop;
     size_t running;  /* calls handed to the outbound client */
+    int64_t wake_at; /* the earliest retry due (ms since epoch); 0 = none known */
     pthread_t thread;
 };
+
+/* Remembers that a retry falls due at ms, so the loop wakes for it rather
+ * than at its next idle tick (a 50 ms retry_base must mean 50 ms). */
+static void wake_for(delivery *d, int64_t ms)
+{
+    if (d->wake_at == 0 || ms < d->wake_at)
+        d->wake_at = ms;
+}
 
 static void job_free(job *j)
 {
@@ -99,6 +108,8 @@ static void settle(delivery *d, job *j)
         int dead = j->ev.attempt >= sc->max_attempts;
         int64_t delay = dead ? 0 : backoff_ms(sc, j->ev.attempt);
         rc = once_event_retry(srv->store, sc->name, j->ev.receipt, delay, dead, why);
+        if (!dead)
+            wake_for(d, once_now_ms() + delay);
         metrics_delivery(srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
         if (dead)
             log_event("warn", "source %s: event %s is dead after %lld attempts: %s", sc->name, j->ev.event_id,
@@ -164,8 +175,13 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
     c->done = on_delivered;
     c->ctx = j;
     if (bad || outbound_submit(d->srv->ob, c) < 0) {
-        /* Not sent: the claim is given back now rather than at its lease. */
-        once_event_retry(d->srv->store, sc->name, j->ev.receipt, 0, 0, "the gateway could not start the delivery");
+        /* Not sent: the claim is given back now rather than at its lease,
+         * and it counts as an attempt, so a delivery that can never start
+         * ends dead instead of spinning. */
+        int dead = j->ev.attempt >= sc->max_attempts;
+        once_event_retry(d->srv->store, sc->name, j->ev.receipt, dead ? 0 : backoff_ms(sc, j->ev.attempt), dead,
+                         "the gateway could not start the delivery");
+        metrics_delivery(d->srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
         job_free(j);
         return -1;
     }
@@ -215,11 +231,17 @@ static void *delivery_main(void *arg)
             break;
         if (!quiesced)
             claim_due(d);
+        int64_t now = once_now_ms(), wait_ms = IDLE_WAIT_MS;
+        if (d->wake_at) {
+            wait_ms = d->wake_at <= now ? 0 : d->wake_at - now < IDLE_WAIT_MS ? d->wake_at - now : IDLE_WAIT_MS;
+            if (d->wake_at <= now + IDLE_WAIT_MS)
+                d->wake_at = 0; /* this wait covers it */
+        }
         pthread_mutex_lock(&d->mu);
-        if (!d->done && !d->kicked && !d->stop) {
+        if (!d->done && !d->kicked && !d->stop && wait_ms > 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + IDLE_WAIT_MS * 1000000L;
+            long ns = ts.tv_nsec + (long)wait_ms * 1000000L;
             ts.tv_sec += ns / 1000000000L;
             ts.tv_nsec = ns % 1000000000L;
             pthread_cond_timedwait(&d->cv, &d->mu, &ts);

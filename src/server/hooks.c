@@ -140,6 +140,9 @@ static int event_id_take(ingest *g, char *why, size_t whylen)
     const char *spec = g->src->cfg->event_id;
     if (strncmp(spec, "header:", 7) == 0) {
         const char *v = req_header(r, spec + 7);
+        /* Svix sends svix-* rather than webhook-* unless white-labelled. */
+        if ((!v || !*v) && strcasecmp(spec + 7, "webhook-id") == 0)
+            v = req_header(r, "svix-id");
         if (!v || !*v) {
             snprintf(why, whylen, "no %s header", spec + 7);
             return -1;
@@ -166,9 +169,15 @@ static int event_id_take(ingest *g, char *why, size_t whylen)
             return -1;
         }
     }
+    if (!g->event_id[0]) {
+        snprintf(why, whylen, "the event id is empty");
+        return -1;
+    }
+    /* Visible ASCII only: the id travels on in headers (Once-Event-Id,
+     * webhook-id) where spaces and controls would not survive. */
     for (const char *p = g->event_id; *p; p++) {
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) {
-            snprintf(why, whylen, "the event id is not printable ASCII");
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p > 0x7e) {
+            snprintf(why, whylen, "the event id is not visible ASCII (no spaces or control characters)");
             return -1;
         }
     }

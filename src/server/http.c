@@ -44,6 +44,8 @@ struct MHD_Response *resp_bytes(const void *data, size_t len, const char *conten
     return resp;
 }
 
+static void req_free(req *r);
+
 void req_reply(req *r, unsigned status, struct MHD_Response *resp)
 {
     pthread_mutex_lock(&r->mu);
@@ -57,6 +59,13 @@ void req_reply(req *r, unsigned status, struct MHD_Response *resp)
     r->status = status;
     r->resp = resp;
     r->ready = 1;
+    if (r->orphaned) {
+        /* The client is gone and MHD has let go: the answer has nowhere to
+         * go, and this was the last hand holding the request. */
+        pthread_mutex_unlock(&r->mu);
+        req_free(r);
+        return;
+    }
     if (r->parked) {
         r->parked = 0;
         MHD_resume_connection(r->conn);
@@ -208,6 +217,10 @@ static void route(req *r)
         r->route = "proxy";
         if (!auth_ok(r))
             goto unauthorized;
+        if (!pct_valid(uri)) {
+            req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding in the path");
+            return;
+        }
         const char *name = uri + 10;
         const char *slash = memchr(name, '/', plen - 10);
         size_t nlen = slash ? (size_t)(slash - name) : plen - 10;
@@ -326,9 +339,27 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     (void)conn;
     (void)toe;
     req *r = *req_cls;
-    if (r)
-        req_free(r);
     *req_cls = NULL;
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (r->dispatched && !r->ready) {
+        /* A route still works on it on another thread (MHD closes a
+         * connection whose client left, even one it was asked to suspend):
+         * the answer, when it comes, frees it. */
+        r->orphaned = 1;
+        if (r->parked) {
+            r->parked = 0;
+            pthread_mutex_lock(&r->srv->mu);
+            r->srv->parked--;
+            pthread_cond_broadcast(&r->srv->cv);
+            pthread_mutex_unlock(&r->srv->mu);
+        }
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    pthread_mutex_unlock(&r->mu);
+    req_free(r);
 }
 
 static enum MHD_Result send_ready(req *r)
@@ -357,6 +388,38 @@ static enum MHD_Result send_ready(req *r)
     return ok;
 }
 
+typedef struct framing {
+    int content_length;
+    const char *first_cl;
+    int cl_differ;
+    int transfer_encoding;
+} framing;
+
+static enum MHD_Result framing_scan(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (strcasecmp(name, "Content-Length") == 0) {
+        if (f->content_length++ && (!value || !f->first_cl || strcmp(value, f->first_cl) != 0))
+            f->cl_differ = 1;
+        if (!f->first_cl)
+            f->first_cl = value;
+    } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
+        f->transfer_encoding = 1;
+    }
+    return MHD_YES;
+}
+
+/* Requests whose length is ambiguous (two different Content-Lengths, or a
+ * Content-Length beside Transfer-Encoding) are how requests get smuggled
+ * past proxies: RFC 9112 6.3 says reject them. */
+static int framing_ambiguous(struct MHD_Connection *conn)
+{
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_scan, &f);
+    return f.cl_differ || (f.content_length && f.transfer_encoding);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
@@ -371,6 +434,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->started = 1;
         r->conn = conn;
         r->method = method;
+        if (framing_ambiguous(conn)) {
+            r->dispatched = 1;
+            r->route = "any";
+            req_problem(r, 400, "bad_request", "Bad request", NULL,
+                        "ambiguous message length (Content-Length repeated or beside Transfer-Encoding)");
+            return send_ready(r);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > r->srv->cfg->max_body) {
             /* Answer before the body arrives: MHD then closes the
@@ -450,9 +520,11 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32 * 1024,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        /* Reject what HTTP/1.1 forbids (a missing Host, say) rather than guess. */
+        MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
     if (!d)
         snprintf(err, errlen, "cannot listen on %s (in use, or not permitted)", addr);
     return d;

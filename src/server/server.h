@@ -65,6 +65,7 @@ struct req {
     pthread_mutex_t mu;
     int parked;
     int ready;
+    int orphaned; /* MHD ended the request before its answer: req_reply frees it */
     unsigned status;
     struct MHD_Response *resp;
 

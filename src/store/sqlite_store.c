@@ -309,12 +309,12 @@ static sq_store *sq(once_store *s)
     return (sq_store *)s;
 }
 
-static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now, const char *token,
-                       once_reservation *out, once_cb cb, void *ctx)
+static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now, once_reservation *out, once_cb cb,
+                       void *ctx)
 {
     sq_store *s = sq(st);
-    sq_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .token = token,
-                .rreq = req, .res = out};
+    char token[ONCE_TOKEN_LEN + 1];
+    sq_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = req, .res = out};
     /* A replay or a conflict is decided by one indexed read, without the
      * writer and without an fsync. */
     if (!s->memory) {
@@ -332,6 +332,10 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
         }
         once_reservation_free(out);
     }
+    int rc = once_token_new(token);
+    if (rc < 0)
+        return rc;
+    op.token = token;
     return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);
 }
 

@@ -13,9 +13,10 @@ typedef struct store_vtable {
     /* Writes take an optional callback: NULL means block until durable;
      * otherwise copy what the caller's stack holds (req, token) and return 0
      * once queued, calling cb later (see once_reserve_async). */
-    /* token is the fresh token for a RESERVED answer. */
-    int (*reserve)(once_store *s, const once_reserve_req *req, int64_t now, const char *token,
-                   once_reservation *out, once_cb cb, void *ctx);
+    /* The store makes the fresh token (once_token_new) only when the
+     * reservation may be RESERVED: a replay costs no random bytes. */
+    int (*reserve)(once_store *s, const once_reserve_req *req, int64_t now, once_reservation *out, once_cb cb,
+                   void *ctx);
     int (*complete)(once_store *s, const char *scope, const char *key, const char *token,
                     const once_response *resp, const char *provider_id, int64_t now, once_cb cb, void *ctx);
     /* to is ONCE_STATE_RELEASED or ONCE_STATE_UNKNOWN. */

@@ -291,7 +291,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.ntokens, 0);
     assert_null(cfg.tokens);
     assert_int_equal(cfg.grace_ms, 30000);
-    assert_int_equal(cfg.threads, 2);
+    assert_int_equal(cfg.threads, 4);
     assert_int_equal(cfg.max_connections, 4096);
     assert_int_equal(cfg.loop_interval_ms, 1000);
     assert_int_equal(cfg.nupstreams, 0);

@@ -1,0 +1,443 @@
+#!/usr/bin/python3
+"""A fake provider (the upstream of once in tests), Python 3 standard library only.
+
+It records every *effect* it accepts (any non-GET/HEAD/OPTIONS request to a path
+not under /_fake/) and can inject a fault into each request, chosen by request
+headers so that a test can ask for it through the gateway:
+
+    X-Fake-Delay-Ms: N        record the effect, then wait N ms before answering
+    X-Fake-Status: N          answer with status N (default 200; the body stays JSON)
+    X-Fake-Close: after-read  record the effect, then close the socket without answering
+    X-Fake-Close: before-effect
+                              close the socket without answering and without recording
+    X-Fake-Close: mid-response
+                              record, send the status line, headers and half the body, close
+    X-Fake-Hang: 1            record, then never answer (until the provider stops)
+    X-Fake-Body-Size: N       answer a JSON body of exactly N bytes (a padded echo)
+    X-Fake-Echo-Body: 1       answer the request body itself as application/octet-stream
+    X-Fake-Header: Name: v    add a header to the answer (may repeat)
+
+The same faults can be queued for the next effects with POST /_fake/faults
+{"faults":[{"delay_ms":..,"status":..,"close":..,"hang":..,"body_size":..}, ...]}
+(for callers that cannot set headers); a queued fault is used instead of the headers.
+
+Every answer to an effect is JSON {"id":"eff_N","echo":{method,path,query,headers,body}}
+with Content-Type: application/json and X-Provider-Request: N (N counts effects from 1).
+Safe requests (GET/HEAD/OPTIONS) are answered the same way with "id": null, and are
+only kept in the request log.
+
+Native mode (--native): like Stripe, the provider dedupes on Idempotency-Key (or
+--key-header NAME). A repeated key gets the first answer again (same status, headers
+and body, plus Idempotent-Replayed: true) and no new effect; a repeated key whose
+first request is still being processed gets 409. The stored answer is decided when
+the effect is recorded, so a first request that was closed or hung still leaves
+the answer that a retry gets.
+
+Control endpoints (never recorded as effects):
+    GET  /_fake/effects    JSON list of effects: seq, id, method, path, query, headers
+                           (lower-case names), raw_headers, body or body_base64,
+                           idempotency_key, time
+    GET  /_fake/count      {"count": N}
+    GET  /_fake/requests   every request seen except /_fake/ ones (effects and safe ones)
+    GET  /_fake/stats      {"count","requests","in_flight","max_in_flight","native_replays"}
+    POST /_fake/reset      forget everything (effects, requests, native keys, queued faults)
+    POST /_fake/faults     queue faults, see above
+
+Run: /usr/bin/python3 tests/fakes/provider.py --port N [--native] [--key-header NAME]
+With --port 0 a free port is chosen. Either way the first line on stdout is
+"listening on 127.0.0.1:PORT". Import: FakeProvider(port=0, native=False).start().
+"""
+import argparse
+import base64
+import json
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+class _State:
+    def __init__(self, native, key_header):
+        self.native = native
+        self.key_header = key_header.lower()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.reset()
+
+    def reset(self):
+        with getattr(self, "lock", threading.Lock()):
+            self.effects = []
+            self.requests = []
+            self.native_keys = {}  # key -> {"done": bool, "answer": (status, headers, body)}
+            self.faults = []
+            self.in_flight = 0
+            self.max_in_flight = 0
+            self.native_replays = 0
+
+
+def _body_json(obj):
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 2048
+
+    def __init__(self, addr, state):
+        self.state = state
+        super().__init__(addr, _Handler)
+
+    def handle_error(self, request, client_address):
+        # A client (the gateway) that goes away mid-answer is normal in fault tests.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, BrokenPipeError, socket.timeout, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeProvider/1"
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    # --- plumbing -----------------------------------------------------------
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    break
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:  # trailers
+                        t = self.rfile.readline(65537)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(3)
+            return b"".join(chunks)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _send(self, status, headers, body, head_only=False):
+        self.send_response(status)
+        have_len = False
+        for name, value in headers:
+            if name.lower() == "content-length":
+                have_len = True
+            self.send_header(name, value)
+        if not have_len:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and not head_only:
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _abort(self):
+        """Close the connection without (finishing) an answer."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+        except OSError:
+            pass
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+
+    # --- control ------------------------------------------------------------
+
+    def _control(self, method, path, body):
+        st = self.server.state
+        if method == "GET" and path == "/_fake/effects":
+            with st.lock:
+                data = list(st.effects)
+            return self._send(200, [("Content-Type", "application/json")], _body_json(data))
+        if method == "GET" and path == "/_fake/requests":
+            with st.lock:
+                data = list(st.requests)
+            return self._send(200, [("Content-Type", "application/json")], _body_json(data))
+        if method == "GET" and path == "/_fake/count":
+            with st.lock:
+                n = len(st.effects)
+            return self._send(200, [("Content-Type", "application/json")], _body_json({"count": n}))
+        if method == "GET" and path == "/_fake/stats":
+            with st.lock:
+                data = {
+                    "count": len(st.effects),
+                    "requests": len(st.requests),
+                    "in_flight": st.in_flight,
+                    "max_in_flight": st.max_in_flight,
+                    "native_replays": st.native_replays,
+                }
+            return self._send(200, [("Content-Type", "application/json")], _body_json(data))
+        if method == "POST" and path == "/_fake/reset":
+            st.reset()
+            return self._send(200, [("Content-Type", "application/json")], _body_json({"ok": True}))
+        if method == "POST" and path == "/_fake/faults":
+            try:
+                faults = json.loads(body or b"{}").get("faults", [])
+                assert isinstance(faults, list)
+            except Exception:
+                return self._send(400, [("Content-Type", "application/json")], b'{"error":"bad faults"}')
+            with st.lock:
+                st.faults.extend(faults)
+            return self._send(200, [("Content-Type", "application/json")], _body_json({"queued": len(faults)}))
+        return self._send(404, [("Content-Type", "application/json")], b'{"error":"no such control"}')
+
+    # --- requests -----------------------------------------------------------
+
+    def _faults_from_headers(self):
+        h = self.headers
+        return {
+            "delay_ms": int(h.get("X-Fake-Delay-Ms") or 0),
+            "status": int(h.get("X-Fake-Status") or 200),
+            "close": (h.get("X-Fake-Close") or "").strip().lower(),
+            "hang": (h.get("X-Fake-Hang") or "").strip() not in ("", "0"),
+            "body_size": int(h["X-Fake-Body-Size"]) if h.get("X-Fake-Body-Size") else None,
+            "echo_body": (h.get("X-Fake-Echo-Body") or "").strip() not in ("", "0"),
+            "headers": [v.split(":", 1) for v in h.get_all("X-Fake-Header", []) if ":" in v],
+        }
+
+    def _handle(self):
+        st = self.server.state
+        method = self.command
+        split = urllib.parse.urlsplit(self.path)
+        path, query = split.path, split.query
+        body = self._read_body()
+        if path.startswith("/_fake/"):
+            return self._control(method, path, body)
+
+        faults = self._faults_from_headers()
+        is_effect = method not in SAFE_METHODS
+        if is_effect:
+            with st.lock:
+                if st.faults:
+                    q = st.faults.pop(0)
+                    faults.update({k: v for k, v in q.items() if k in faults})
+                    faults["hang"] = bool(faults["hang"])
+        if faults["close"] == "before-effect":
+            return self._abort()
+
+        raw_headers = [[k, v] for k, v in self.headers.items()]
+        lower = {}
+        for k, v in self.headers.items():
+            lower[k.lower()] = v if k.lower() not in lower else lower[k.lower()] + ", " + v
+        key = lower.get(st.key_header)
+        rec = {
+            "method": method,
+            "path": path,
+            "query": query,
+            "headers": lower,
+            "raw_headers": raw_headers,
+            "idempotency_key": key,
+            "time": time.time(),
+        }
+        try:
+            rec["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            rec["body"] = None
+            rec["body_base64"] = base64.b64encode(body).decode()
+
+        native_entry = None
+        with st.lock:
+            st.requests.append(rec)
+            if is_effect and st.native and key is not None:
+                prev = st.native_keys.get(key)
+                if prev is not None:
+                    if not prev["done"]:
+                        busy = True
+                    else:
+                        busy = False
+                        st.native_replays += 1
+                    answer = prev["answer"]
+                else:
+                    busy = None
+            else:
+                busy = None
+            if busy is None:
+                seq = None
+                if is_effect:
+                    seq = len(st.effects) + 1
+                    rec["seq"] = seq
+                    rec["id"] = f"eff_{seq}"
+                    st.effects.append(rec)
+                    if st.native and key is not None:
+                        native_entry = {"done": False, "answer": None}
+                        st.native_keys[key] = native_entry
+                st.in_flight += 1
+                st.max_in_flight = max(st.max_in_flight, st.in_flight)
+        if busy is True:
+            return self._send(409, [("Content-Type", "application/json")],
+                              _body_json({"error": {"type": "idempotency_error",
+                                                    "message": "a request with this key is in progress"}}),
+                              head_only=method == "HEAD")
+        if busy is False:
+            status, headers, rbody = answer
+            return self._send(status, headers + [("Idempotent-Replayed", "true")], rbody,
+                              head_only=method == "HEAD")
+
+        try:
+            status, headers, rbody = self._answer(rec, seq, faults, body)
+            if native_entry is not None:
+                # The effect is performed and its answer decided now; only a plain delay
+                # keeps the key "in progress" (a closed or hung answer is done already).
+                performed = faults["hang"] or faults["close"] in ("after-read", "mid-response")
+                with st.lock:
+                    native_entry["answer"] = (status, headers, rbody)
+                    native_entry["done"] = performed
+            if faults["hang"]:
+                st.stopping.wait()
+                return self._abort()
+            if faults["delay_ms"] > 0:
+                if st.stopping.wait(faults["delay_ms"] / 1000.0):
+                    return self._abort()
+            if faults["close"] == "after-read":
+                return self._abort()
+            if faults["close"] == "mid-response":
+                self.send_response(status)
+                for n, v in headers:
+                    self.send_header(n, v)
+                self.send_header("Content-Length", str(len(rbody)))
+                self.end_headers()
+                self.wfile.write(rbody[: max(1, len(rbody) // 2)])
+                self.wfile.flush()
+                return self._abort()
+            self._send(status, headers, rbody, head_only=method == "HEAD")
+        finally:
+            if native_entry is not None:
+                with st.lock:
+                    native_entry["done"] = True
+            with st.lock:
+                st.in_flight = max(0, st.in_flight - 1)
+
+    def _answer(self, rec, seq, faults, body):
+        status = faults["status"]
+        headers = [("Content-Type", "application/json"),
+                   ("X-Provider-Request", str(seq) if seq is not None else "safe")]
+        for name, value in faults["headers"]:
+            headers.append((name.strip(), value.strip()))
+        if faults["echo_body"]:
+            headers[0] = ("Content-Type", "application/octet-stream")
+            return status, headers, body
+        echo = {
+            "method": rec["method"],
+            "path": rec["path"],
+            "query": rec["query"],
+            "headers": rec["headers"],
+            "body": rec.get("body"),
+        }
+        obj = {"id": rec.get("id"), "echo": echo}
+        rbody = _body_json(obj)
+        n = faults["body_size"]
+        if n is not None:
+            base = _body_json({"id": rec.get("id"), "pad": ""})
+            if n >= len(base):
+                rbody = _body_json({"id": rec.get("id"), "pad": "x" * (n - len(base))})
+            else:
+                headers[0] = ("Content-Type", "application/octet-stream")
+                rbody = b"x" * n
+        if status in (204, 304) or 100 <= status < 200:
+            rbody = b""
+        return status, headers, rbody
+
+    def handle_one_request(self):
+        # Like the base class, but every method goes to _handle.
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.send_error(414)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():
+                return
+            self._handle()
+            try:
+                self.wfile.flush()
+            except (OSError, ValueError):
+                pass
+        except (socket.timeout, TimeoutError, ConnectionError):
+            self.close_connection = True
+
+
+class FakeProvider:
+    """An in-process fake provider: FakeProvider(port=0, native=False).start()."""
+
+    def __init__(self, port=0, native=False, key_header="Idempotency-Key", host="127.0.0.1"):
+        self.state = _State(native, key_header)
+        self.server = _Server((host, port), self.state)
+        self.host = host
+        self.port = self.server.server_address[1]
+        self.url = f"http://{host}:{self.port}"
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self.state.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # in-process views of the control endpoints
+    def effects(self):
+        with self.state.lock:
+            return list(self.state.effects)
+
+    def count(self):
+        with self.state.lock:
+            return len(self.state.effects)
+
+    def reset(self):
+        self.state.reset()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="A fake provider with fault injection for once's tests.")
+    ap.add_argument("--port", type=int, required=True, help="port on 127.0.0.1 (0: any free port)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--native", action="store_true", help="dedupe on the idempotency key like Stripe")
+    ap.add_argument("--key-header", default="Idempotency-Key", help="the native mode's key header")
+    args = ap.parse_args(argv)
+    prov = FakeProvider(port=args.port, native=args.native, key_header=args.key_header, host=args.host)
+    print(f"listening on {prov.host}:{prov.port}", flush=True)
+    import signal
+
+    def _term(signum, frame):
+        prov.state.stopping.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        prov.server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        prov.state.stopping.set()
+        prov.server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
