@@ -44,8 +44,12 @@ fuzz: deps
 	@ninja -C $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
 
+# Benchmarks print figures and ratios against baselines run side by side;
+# they are never tests. The proxy benchmark needs wrk and nginx.
 bench: build
+	@bash scripts/deps --bench
 	@bash bench/run.sh $(BUILD)
+	@bash bench/proxy.sh $(BUILD)
 
 valgrind: build
 	@bash scripts/valgrind $(BUILD)
