@@ -32,8 +32,7 @@ int once_store_open(const char *url, once_store **out)
         return sqlite_store_open(path, out);
     }
     if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0)
-        return once_fail(ONCE_ENOTSUP, "store: PostgreSQL stores are not supported by this version yet; "
-                                       "use sqlite:PATH");
+        return pg_store_open(url, out);
     return once_fail(ONCE_EINVAL, "store: unknown URL scheme in '%.64s' (expected sqlite:PATH)", url);
 }
 

@@ -79,7 +79,7 @@ int once_event_state_parse(const char *name, once_event_state *out)
     return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, delivered or dead", name ? name : "");
 }
 
-static sqlite3_stmt *ev_stmt(sq_conn *c, sq_op *op, enum sq_ev_stmt i)
+static sqlite3_stmt *ev_stmt(sq_conn *c, store_op *op, enum sq_ev_stmt i)
 {
     return sq_prepare(c, op, &c->ev[i], ev_sql[i]);
 }
@@ -111,7 +111,7 @@ static int ev_decode(sqlite3_stmt *st, once_event *e)
     return ONCE_OK;
 }
 
-static void op_insert(sq_conn *c, sq_op *op)
+static void op_insert(sq_conn *c, store_op *op)
 {
     const once_event_in *ev = op->ev_in;
     sqlite3_stmt *st = ev_stmt(c, op, EV_INSERT);
@@ -133,7 +133,7 @@ static void op_insert(sq_conn *c, sq_op *op)
 }
 
 /* Fills the list with the rows of ids, receipts attached (claim). */
-static int list_push(sq_conn *c, sq_op *op, int64_t id, const char *receipt)
+static int list_push(sq_conn *c, store_op *op, int64_t id, const char *receipt)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
     if (!st)
@@ -142,7 +142,7 @@ static int list_push(sq_conn *c, sq_op *op, int64_t id, const char *receipt)
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         if (rc == SQLITE_DONE)
-            sq_op_fail(op, ONCE_ESTORE, "claimed event %lld vanished", (long long)id);
+            store_op_fail(op, ONCE_ESTORE, "claimed event %lld vanished", (long long)id);
         else
             sq_fail_sql(op, c, rc, "claim");
         sq_done(st);
@@ -152,7 +152,7 @@ static int list_push(sq_conn *c, sq_op *op, int64_t id, const char *receipt)
     int drc = ev_decode(st, e);
     sq_done(st);
     if (drc < 0) {
-        sq_op_fail(op, drc, "claim: cannot read an event");
+        store_op_fail(op, drc, "claim: cannot read an event");
         return -1;
     }
     snprintf(e->receipt, sizeof e->receipt, "%s", receipt);
@@ -160,14 +160,14 @@ static int list_push(sq_conn *c, sq_op *op, int64_t id, const char *receipt)
     return 0;
 }
 
-static void op_claim(sq_conn *c, sq_op *op)
+static void op_claim(sq_conn *c, store_op *op)
 {
     once_event_list *l = op->ev_list;
     l->items = calloc(op->max, sizeof *l->items);
     int64_t *ids = calloc(op->max, sizeof *ids);
     sqlite3_stmt *st = NULL;
     if (!l->items || !ids) {
-        sq_op_fail(op, ONCE_ENOMEM, "claim: out of memory");
+        store_op_fail(op, ONCE_ENOMEM, "claim: out of memory");
         goto out;
     }
     if (!(st = ev_stmt(c, op, EV_DUE)))
@@ -187,7 +187,7 @@ static void op_claim(sq_conn *c, sq_op *op)
     for (size_t i = 0; i < n; i++) {
         char token[ONCE_TOKEN_LEN + 1], receipt[ONCE_RECEIPT_MAX];
         if ((rc = once_token_new(token)) < 0) {
-            sq_op_fail(op, rc, "claim: %s", once_errdetail());
+            store_op_fail(op, rc, "claim: %s", once_errdetail());
             goto out;
         }
         snprintf(receipt, sizeof receipt, "%lld.%s", (long long)ids[i], token);
@@ -220,11 +220,11 @@ static int64_t receipt_id(const char *receipt)
     return id;
 }
 
-static void op_settle(sq_conn *c, sq_op *op)
+static void op_settle(sq_conn *c, store_op *op)
 {
     int64_t id = receipt_id(op->receipt);
     if (id < 0) {
-        sq_op_fail(op, ONCE_EINVAL, "receipt: malformed");
+        store_op_fail(op, ONCE_EINVAL, "receipt: malformed");
         return;
     }
     sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
@@ -234,7 +234,7 @@ static void op_settle(sq_conn *c, sq_op *op)
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         if (rc == SQLITE_DONE)
-            sq_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
+            store_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
         else
             sq_fail_sql(op, c, rc, "settle");
         sq_done(st);
@@ -249,18 +249,18 @@ static void op_settle(sq_conn *c, sq_op *op)
     int delivered = state && strcmp(state, "delivered") == 0;
     sq_done(st);
     if (!same_source) {
-        sq_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
+        store_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
         return;
     }
     if (!current_receipt) {
-        sq_op_fail(op, ONCE_ESTALE, "the receipt is not the event's current claim (it was retried or claimed again)");
+        store_op_fail(op, ONCE_ESTALE, "the receipt is not the event's current claim (it was retried or claimed again)");
         return;
     }
     if (!pending) {
         if (op->ack && delivered)
             op->rc = ONCE_OK; /* a repeated ack */
         else
-            sq_op_fail(op, ONCE_ESTATE, "the event is %s", state ? state : "?");
+            store_op_fail(op, ONCE_ESTATE, "the event is %s", state ? state : "?");
         return;
     }
     if (!(st = ev_stmt(c, op, EV_SETTLE)))
@@ -275,7 +275,7 @@ static void op_settle(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static void op_get(sq_conn *c, sq_op *op)
+static void op_get(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
     if (!st)
@@ -286,18 +286,18 @@ static void op_get(sq_conn *c, sq_op *op)
     if (rc == SQLITE_ROW) {
         int drc = ev_decode(st, op->event);
         if (drc < 0)
-            sq_op_fail(op, drc, "cannot read the event");
+            store_op_fail(op, drc, "cannot read the event");
         else
             op->rc = ONCE_OK;
     } else if (rc == SQLITE_DONE) {
-        sq_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
+        store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
     } else {
         sq_fail_sql(op, c, rc, "get event");
     }
     sq_done(st);
 }
 
-static void op_list(sq_conn *c, sq_op *op)
+static void op_list(sq_conn *c, store_op *op)
 {
     const once_event_list_req *r = op->ev_lreq;
     once_event_list *l = op->ev_list;
@@ -306,7 +306,7 @@ static void op_list(sq_conn *c, sq_op *op)
         return;
     l->items = calloc(r->limit, sizeof *l->items);
     if (!l->items) {
-        sq_op_fail(op, ONCE_ENOMEM, "list: out of memory");
+        store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
         return;
     }
     sqlite3_bind_int64(st, 1, op->after_id);
@@ -322,7 +322,7 @@ static void op_list(sq_conn *c, sq_op *op)
         }
         int drc = ev_decode(st, &l->items[l->count]);
         if (drc < 0) {
-            sq_op_fail(op, drc, "list: cannot read an event");
+            store_op_fail(op, drc, "list: cannot read an event");
             sq_done(st);
             return;
         }
@@ -337,7 +337,7 @@ static void op_list(sq_conn *c, sq_op *op)
     op->rc = ONCE_OK;
 }
 
-static void op_redeliver(sq_conn *c, sq_op *op)
+static void op_redeliver(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
     if (!st)
@@ -348,7 +348,7 @@ static void op_redeliver(sq_conn *c, sq_op *op)
     int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, E_ID) : 0;
     sq_done(st);
     if (rc == SQLITE_DONE) {
-        sq_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
+        store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
         return;
     }
     if (rc != SQLITE_ROW) {
@@ -363,7 +363,7 @@ static void op_redeliver(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static void op_sweep(sq_conn *c, sq_op *op)
+static void op_sweep(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_SWEEP);
     if (!st)
@@ -375,7 +375,7 @@ static void op_sweep(sq_conn *c, sq_op *op)
     }
 }
 
-void sq_event_run(sq_conn *c, sq_op *op)
+void sq_event_run(sq_conn *c, store_op *op)
 {
     switch (op->kind) {
     case OP_EV_INSERT: op_insert(c, op); break;
@@ -385,6 +385,6 @@ void sq_event_run(sq_conn *c, sq_op *op)
     case OP_EV_LIST: op_list(c, op); break;
     case OP_EV_REDELIVER: op_redeliver(c, op); break;
     case OP_EV_SWEEP: op_sweep(c, op); break;
-    default: sq_op_fail(op, ONCE_EINVAL, "unknown operation %d", (int)op->kind); break;
+    default: store_op_fail(op, ONCE_EINVAL, "unknown operation %d", (int)op->kind); break;
     }
 }

@@ -72,15 +72,6 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PING] = "SELECT 1",
 };
 
-void sq_op_fail(sq_op *op, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    once_vformat(op->detail, sizeof op->detail, fmt, ap);
-    va_end(ap);
-    op->rc = code;
-}
-
 static int sq_code(int rc)
 {
     switch (rc & 0xff) {
@@ -92,9 +83,9 @@ static int sq_code(int rc)
     }
 }
 
-void sq_fail_sql(sq_op *op, sq_conn *c, int rc, const char *what)
+void sq_fail_sql(store_op *op, sq_conn *c, int rc, const char *what)
 {
-    sq_op_fail(op, sq_code(rc), "%s: %s", what, sqlite3_errmsg(c->db));
+    store_op_fail(op, sq_code(rc), "%s: %s", what, sqlite3_errmsg(c->db));
 }
 
 int sq_conn_open(sq_conn *c, const char *path)
@@ -127,7 +118,7 @@ void sq_conn_close(sq_conn *c)
     memset(c, 0, sizeof *c);
 }
 
-sqlite3_stmt *sq_prepare(sq_conn *c, sq_op *op, sqlite3_stmt **slot, const char *sql)
+sqlite3_stmt *sq_prepare(sq_conn *c, store_op *op, sqlite3_stmt **slot, const char *sql)
 {
     if (!*slot) {
         int rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
@@ -141,7 +132,7 @@ sqlite3_stmt *sq_prepare(sq_conn *c, sq_op *op, sqlite3_stmt **slot, const char 
 }
 
 /* The ledger statement i, ready for binding. */
-static sqlite3_stmt *stmt(sq_conn *c, sq_op *op, enum sq_stmt i)
+static sqlite3_stmt *stmt(sq_conn *c, store_op *op, enum sq_stmt i)
 {
     return sq_prepare(c, op, &c->st[i], stmt_sql[i]);
 }
@@ -242,7 +233,7 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
 
 /* Steps the SELECT of (scope, key). 1: a row is current on st; 0: no row;
  * -1: error (op failed). The caller must sq_done(st). */
-static int row_find(sq_conn *c, sq_op *op, sqlite3_stmt **out)
+static int row_find(sq_conn *c, store_op *op, sqlite3_stmt **out)
 {
     sqlite3_stmt *st = stmt(c, op, ST_SELECT);
     *out = st;
@@ -260,22 +251,22 @@ static int row_find(sq_conn *c, sq_op *op, sqlite3_stmt **out)
 }
 
 /* Finds the row and its head, failing op with ENOTFOUND if absent. */
-static int row_need(sq_conn *c, sq_op *op, row_head *h)
+static int row_need(sq_conn *c, store_op *op, row_head *h)
 {
     sqlite3_stmt *st;
     int found = row_find(c, op, &st);
     if (found == 1 && head_read(st, h) < 0) {
-        sq_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
+        store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
         found = -1;
     }
     if (st)
         sq_done(st);
     if (found == 0)
-        sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
+        store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
     return found == 1 ? 0 : -1;
 }
 
-int sq_write_step(sq_conn *c, sq_op *op, sqlite3_stmt *st, const char *what)
+int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
     int rc = sqlite3_step(st);
     sq_done(st);
@@ -293,7 +284,7 @@ static int fingerprints_differ(const char *a, const char *b)
 
 /* Answers a reservation from an existing row when the row alone decides it.
  * st is positioned on the row. Returns 1 answered, 0 needs a write. */
-static int reserve_answer(sqlite3_stmt *st, const row_head *h, sq_op *op)
+static int reserve_answer(sqlite3_stmt *st, const row_head *h, store_op *op)
 {
     once_reservation *res = op->res;
     once_reserve_status status;
@@ -321,7 +312,7 @@ static int reserve_answer(sqlite3_stmt *st, const row_head *h, sq_op *op)
     }
     int rc = row_decode(st, &res->action);
     if (rc < 0) {
-        sq_op_fail(op, rc, "reserve: cannot read the row");
+        store_op_fail(op, rc, "reserve: cannot read the row");
         return 1;
     }
     res->status = status;
@@ -334,7 +325,7 @@ static int reserve_answer(sqlite3_stmt *st, const row_head *h, sq_op *op)
     return 1;
 }
 
-int sq_reserve_read(sq_conn *c, sq_op *op)
+int sq_reserve_read(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st;
     int found = row_find(c, op, &st);
@@ -342,7 +333,7 @@ int sq_reserve_read(sq_conn *c, sq_op *op)
     if (found == 1) {
         row_head h;
         if (head_read(st, &h) < 0) {
-            sq_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
+            store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
             answered = 1;
         } else {
             answered = reserve_answer(st, &h, op);
@@ -353,7 +344,7 @@ int sq_reserve_read(sq_conn *c, sq_op *op)
     return answered;
 }
 
-static void reserved(sq_op *op, int64_t attempt)
+static void reserved(store_op *op, int64_t attempt)
 {
     once_reservation *res = op->res;
     res->status = ONCE_RESERVED;
@@ -363,7 +354,7 @@ static void reserved(sq_op *op, int64_t attempt)
     op->rc = ONCE_OK;
 }
 
-static void op_reserve(sq_conn *c, sq_op *op)
+static void op_reserve(sq_conn *c, store_op *op)
 {
     const once_reserve_req *r = op->rreq;
     int64_t lease = op->now + r->lease_ms;
@@ -393,7 +384,7 @@ static void op_reserve(sq_conn *c, sq_op *op)
     row_head h;
     if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
         if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-            sq_op_fail(op, ONCE_ESTORE, "reserve: the conflicting row of %s/%s cannot be read", r->scope, r->key);
+            store_op_fail(op, ONCE_ESTORE, "reserve: the conflicting row of %s/%s cannot be read", r->scope, r->key);
         else
             sq_fail_sql(op, c, rc, "reserve");
         sq_done(st);
@@ -422,7 +413,7 @@ static void op_reserve(sq_conn *c, sq_op *op)
             op->res->attempt = h.attempt;
             op->rc = ONCE_OK;
         } else if (found >= 0) {
-            sq_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
+            store_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
         }
         if (st)
             sq_done(st);
@@ -445,17 +436,17 @@ static void op_reserve(sq_conn *c, sq_op *op)
 }
 
 /* Fencing: only the current attempt's token may settle the row. */
-static int fence(sq_op *op, const row_head *h)
+static int fence(store_op *op, const row_head *h)
 {
     if (strcmp(h->token, op->token) != 0) {
-        sq_op_fail(op, ONCE_ESTALE, "the token is not that of %s/%s's current attempt (%lld)", op->scope, op->key,
+        store_op_fail(op, ONCE_ESTALE, "the token is not that of %s/%s's current attempt (%lld)", op->scope, op->key,
                    (long long)h->attempt);
         return -1;
     }
     return 0;
 }
 
-static void op_complete(sq_conn *c, sq_op *op)
+static void op_complete(sq_conn *c, store_op *op)
 {
     row_head h;
     if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
@@ -467,7 +458,7 @@ static void op_complete(sq_conn *c, sq_op *op)
     case ONCE_STATE_HELD: late = "late completion (the action was held)"; break;
     case ONCE_STATE_COMPLETED: op->rc = ONCE_OK; return; /* the first result stays */
     default:
-        sq_op_fail(op, ONCE_ESTATE, "%s/%s was released: it cannot be completed", op->scope, op->key);
+        store_op_fail(op, ONCE_ESTATE, "%s/%s was released: it cannot be completed", op->scope, op->key);
         return;
     }
     sqlite3_stmt *st = stmt(c, op, ST_COMPLETE);
@@ -489,7 +480,7 @@ static void op_complete(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static int set_state(sq_conn *c, sq_op *op, int64_t id, once_state to, const char *text, int64_t expires_at)
+static int set_state(sq_conn *c, store_op *op, int64_t id, once_state to, const char *text, int64_t expires_at)
 {
     sqlite3_stmt *st = stmt(c, op, ST_SET_STATE);
     if (!st)
@@ -502,7 +493,7 @@ static int set_state(sq_conn *c, sq_op *op, int64_t id, once_state to, const cha
     return sq_write_step(c, op, st, "update state");
 }
 
-static void op_settle(sq_conn *c, sq_op *op)
+static void op_settle(sq_conn *c, store_op *op)
 {
     row_head h;
     if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
@@ -512,7 +503,7 @@ static void op_settle(sq_conn *c, sq_op *op)
         return;
     }
     if (h.state != ONCE_STATE_PENDING) {
-        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only a pending action can become %s", op->scope, op->key,
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only a pending action can become %s", op->scope, op->key,
                    once_state_name(h.state), once_state_name(op->to));
         return;
     }
@@ -521,13 +512,13 @@ static void op_settle(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static void op_resolve(sq_conn *c, sq_op *op)
+static void op_resolve(sq_conn *c, store_op *op)
 {
     row_head h;
     if (row_need(c, op, &h) < 0)
         return;
     if (h.state != ONCE_STATE_UNKNOWN && h.state != ONCE_STATE_HELD) {
-        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown or held actions are resolved", op->scope, op->key,
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown or held actions are resolved", op->scope, op->key,
                    once_state_name(h.state));
         return;
     }
@@ -543,13 +534,13 @@ static void op_resolve(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static void op_hold(sq_conn *c, sq_op *op)
+static void op_hold(sq_conn *c, store_op *op)
 {
     row_head h;
     if (row_need(c, op, &h) < 0)
         return;
     if (h.state != ONCE_STATE_UNKNOWN) {
-        sq_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are held", op->scope, op->key,
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are held", op->scope, op->key,
                    once_state_name(h.state));
         return;
     }
@@ -557,7 +548,7 @@ static void op_hold(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-static void op_bulk(sq_conn *c, sq_op *op, enum sq_stmt which, const char *what)
+static void op_bulk(sq_conn *c, store_op *op, enum sq_stmt which, const char *what)
 {
     sqlite3_stmt *st = stmt(c, op, which);
     if (!st)
@@ -569,7 +560,7 @@ static void op_bulk(sq_conn *c, sq_op *op, enum sq_stmt which, const char *what)
     }
 }
 
-static void op_hold_all(sq_conn *c, sq_op *op)
+static void op_hold_all(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = stmt(c, op, ST_HOLD_ALL);
     if (!st)
@@ -583,24 +574,24 @@ static void op_hold_all(sq_conn *c, sq_op *op)
     }
 }
 
-static void op_get(sq_conn *c, sq_op *op)
+static void op_get(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st;
     int found = row_find(c, op, &st);
     if (found == 1) {
         int rc = row_decode(st, op->action);
         if (rc < 0)
-            sq_op_fail(op, rc, "get: cannot read the row");
+            store_op_fail(op, rc, "get: cannot read the row");
         else
             op->rc = ONCE_OK;
     } else if (found == 0) {
-        sq_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
+        store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
     }
     if (st)
         sq_done(st);
 }
 
-static void op_list(sq_conn *c, sq_op *op)
+static void op_list(sq_conn *c, store_op *op)
 {
     const once_list_req *r = op->lreq;
     once_action_list *l = op->list;
@@ -609,7 +600,7 @@ static void op_list(sq_conn *c, sq_op *op)
         return;
     l->items = calloc(r->limit, sizeof *l->items);
     if (!l->items) {
-        sq_op_fail(op, ONCE_ENOMEM, "list: out of memory");
+        store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
         return;
     }
     sqlite3_bind_int64(st, 1, op->after_id);
@@ -626,7 +617,7 @@ static void op_list(sq_conn *c, sq_op *op)
         }
         int drc = row_decode(st, &l->items[l->count]);
         if (drc < 0) {
-            sq_op_fail(op, drc, "list: cannot read a row");
+            store_op_fail(op, drc, "list: cannot read a row");
             sq_done(st);
             return;
         }
@@ -642,7 +633,7 @@ static void op_list(sq_conn *c, sq_op *op)
     op->rc = ONCE_OK;
 }
 
-static void op_ping(sq_conn *c, sq_op *op)
+static void op_ping(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = stmt(c, op, ST_PING);
     if (!st)
@@ -655,7 +646,7 @@ static void op_ping(sq_conn *c, sq_op *op)
         op->rc = ONCE_OK;
 }
 
-void sq_op_run(sq_conn *c, sq_op *op)
+void sq_op_run(sq_conn *c, store_op *op)
 {
     op->rc = ONCE_ESTORE;
     op->detail[0] = '\0';
@@ -674,5 +665,5 @@ void sq_op_run(sq_conn *c, sq_op *op)
     default: sq_event_run(c, op); break;
     }
     if (op->rc == ONCE_ESTORE && !op->detail[0])
-        sq_op_fail(op, ONCE_ESTORE, "store operation failed");
+        store_op_fail(op, ONCE_ESTORE, "store operation failed");
 }

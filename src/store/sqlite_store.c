@@ -74,7 +74,7 @@ static int code_of(int sqlrc)
 
 /* Fails ops [from, n) that had succeeded: their transaction did not commit,
  * so nothing they reported is true. */
-static void batch_void(sq_op **ops, size_t n, int code, const char *why, const char *msg)
+static void batch_void(store_op **ops, size_t n, int code, const char *why, const char *msg)
 {
     for (size_t i = 0; i < n; i++) {
         if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE) {
@@ -82,12 +82,12 @@ static void batch_void(sq_op **ops, size_t n, int code, const char *why, const c
                 once_reservation_free(ops[i]->res);
             if (ops[i]->kind == OP_EV_CLAIM)
                 once_event_list_free(ops[i]->ev_list);
-            sq_op_fail(ops[i], code, "%s: %s", why, msg);
+            store_op_fail(ops[i], code, "%s: %s", why, msg);
         }
     }
 }
 
-static void batch_run(sq_store *s, sq_op **ops, size_t n)
+static void batch_run(sq_store *s, store_op **ops, size_t n)
 {
     sqlite3 *db = s->writer.db;
     int sqlrc;
@@ -111,7 +111,7 @@ static void batch_run(sq_store *s, sq_op **ops, size_t n)
                     once_reservation_free(ops[j]->res);
                 if (ops[j]->kind == OP_EV_CLAIM)
                     once_event_list_free(ops[j]->ev_list);
-                sq_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
+                store_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
             }
             return;
         }
@@ -134,7 +134,7 @@ static void *writer_main(void *arg)
     bq_item *items[BATCH_MAX];
     size_t n;
     while ((n = bq_take(&s->queue, items, BATCH_MAX)) > 0) {
-        batch_run(s, (sq_op **)items, n);
+        batch_run(s, (store_op **)items, n);
         bq_finish(&s->queue, items, n);
     }
     return NULL;
@@ -239,14 +239,14 @@ static void pool_put(sq_store *s, sq_conn *c)
 
 /* ---- running operations ------------------------------------------------ */
 
-static int op_result(sq_op *op)
+static int op_result(store_op *op)
 {
     if (op->rc < 0)
         return once_fail(op->rc, "%s", op->detail);
     return op->rc;
 }
 
-static int run_write(sq_store *s, sq_op *op)
+static int run_write(sq_store *s, store_op *op)
 {
     int rc = bq_submit_wait(&s->queue, &op->item);
     if (rc < 0)
@@ -256,15 +256,15 @@ static int run_write(sq_store *s, sq_op *op)
 
 static void async_done(bq_item *item)
 {
-    sq_op *op = (sq_op *)item;
+    store_op *op = (store_op *)item;
     op->cb(op->cb_ctx, op->rc, op->rc < 0 ? op->detail : "");
     free(op);
 }
 
 /* Queues a heap copy of op whose callback runs after the commit. */
-static int run_async(sq_store *s, const sq_op *op, once_cb cb, void *ctx)
+static int run_async(sq_store *s, const store_op *op, once_cb cb, void *ctx)
 {
-    sq_op *h = malloc(sizeof *h);
+    store_op *h = malloc(sizeof *h);
     if (!h)
         return once_fail(ONCE_ENOMEM, "out of memory");
     *h = *op;
@@ -291,7 +291,7 @@ static int run_async(sq_store *s, const sq_op *op, once_cb cb, void *ctx)
     return ONCE_OK;
 }
 
-static int run_read(sq_store *s, sq_op *op)
+static int run_read(sq_store *s, store_op *op)
 {
     if (s->memory)
         return run_write(s, op);
@@ -314,7 +314,7 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
 {
     sq_store *s = sq(st);
     char token[ONCE_TOKEN_LEN + 1];
-    sq_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = req, .res = out};
+    store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = req, .res = out};
     /* A replay or a conflict is decided by one indexed read, without the
      * writer and without an fsync. */
     if (!s->memory) {
@@ -343,7 +343,7 @@ static int sqs_complete(once_store *st, const char *scope, const char *key, cons
                         const once_response *resp, const char *provider_id, int64_t now, once_cb cb,
                         void *ctx)
 {
-    sq_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
+    store_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
                 .provider_id = provider_id};
     return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
@@ -351,34 +351,34 @@ static int sqs_complete(once_store *st, const char *scope, const char *key, cons
 static int sqs_settle(once_store *st, const char *scope, const char *key, const char *token, once_state to,
                       const char *error, int64_t now, once_cb cb, void *ctx)
 {
-    sq_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
+    store_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
                 .text = error};
     return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
 
 static int sqs_get(once_store *st, const char *scope, const char *key, once_action *out)
 {
-    sq_op op = {.kind = OP_GET, .scope = scope, .key = key, .action = out};
+    store_op op = {.kind = OP_GET, .scope = scope, .key = key, .action = out};
     return run_read(sq(st), &op);
 }
 
 static int sqs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
-    sq_op op = {.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out};
+    store_op op = {.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out};
     return run_read(sq(st), &op);
 }
 
 static int sqs_resolve(once_store *st, const char *scope, const char *key, once_outcome outcome,
                        const char *provider_id, const char *note, int64_t now)
 {
-    sq_op op = {.kind = OP_RESOLVE, .now = now, .scope = scope, .key = key, .outcome = outcome,
+    store_op op = {.kind = OP_RESOLVE, .now = now, .scope = scope, .key = key, .outcome = outcome,
                 .provider_id = provider_id, .text = note};
     return run_write(sq(st), &op);
 }
 
 static int sqs_expire(once_store *st, int64_t now, size_t *count)
 {
-    sq_op op = {.kind = OP_EXPIRE, .now = now};
+    store_op op = {.kind = OP_EXPIRE, .now = now};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;
@@ -386,13 +386,13 @@ static int sqs_expire(once_store *st, int64_t now, size_t *count)
 
 static int sqs_hold(once_store *st, const char *scope, const char *key, const char *reason, int64_t now)
 {
-    sq_op op = {.kind = OP_HOLD, .now = now, .scope = scope, .key = key, .text = reason};
+    store_op op = {.kind = OP_HOLD, .now = now, .scope = scope, .key = key, .text = reason};
     return run_write(sq(st), &op);
 }
 
 static int sqs_sweep(once_store *st, int64_t now, size_t *count)
 {
-    sq_op op = {.kind = OP_SWEEP, .now = now};
+    store_op op = {.kind = OP_SWEEP, .now = now};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;
@@ -400,7 +400,7 @@ static int sqs_sweep(once_store *st, int64_t now, size_t *count)
 
 static int sqs_hold_unknown(once_store *st, const char *scope, const char *reason, int64_t now, size_t *count)
 {
-    sq_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .text = reason};
+    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .text = reason};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;
@@ -408,7 +408,7 @@ static int sqs_hold_unknown(once_store *st, const char *scope, const char *reaso
 
 static int sqs_ping(once_store *st)
 {
-    sq_op op = {.kind = OP_PING};
+    store_op op = {.kind = OP_PING};
     return run_read(sq(st), &op);
 }
 
@@ -417,46 +417,46 @@ static int sqs_ping(once_store *st)
 static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now, int *inserted, once_cb cb,
                             void *ctx)
 {
-    sq_op op = {.kind = OP_EV_INSERT, .now = now, .ev_in = ev, .inserted = inserted};
+    store_op op = {.kind = OP_EV_INSERT, .now = now, .ev_in = ev, .inserted = inserted};
     return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
 
 static int sqs_event_claim(once_store *st, const char *source, size_t max, int64_t lease_ms, int64_t now,
                            once_event_list *out)
 {
-    sq_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms, .ev_list = out};
+    store_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms, .ev_list = out};
     return run_write(sq(st), &op);
 }
 
 static int sqs_event_settle(once_store *st, const char *source, const char *receipt, int ack, int64_t delay_ms,
                             int dead, const char *error, int64_t now)
 {
-    sq_op op = {.kind = OP_EV_SETTLE, .now = now, .scope = source, .receipt = receipt, .ack = ack,
+    store_op op = {.kind = OP_EV_SETTLE, .now = now, .scope = source, .receipt = receipt, .ack = ack,
                 .delay_ms = delay_ms, .dead = dead, .text = error};
     return run_write(sq(st), &op);
 }
 
 static int sqs_event_get(once_store *st, const char *source, const char *event_id, once_event *out)
 {
-    sq_op op = {.kind = OP_EV_GET, .scope = source, .event_id = event_id, .event = out};
+    store_op op = {.kind = OP_EV_GET, .scope = source, .event_id = event_id, .event = out};
     return run_read(sq(st), &op);
 }
 
 static int sqs_event_list(once_store *st, const once_event_list_req *req, int64_t after_id, once_event_list *out)
 {
-    sq_op op = {.kind = OP_EV_LIST, .ev_lreq = req, .after_id = after_id, .ev_list = out};
+    store_op op = {.kind = OP_EV_LIST, .ev_lreq = req, .after_id = after_id, .ev_list = out};
     return run_read(sq(st), &op);
 }
 
 static int sqs_event_redeliver(once_store *st, const char *source, const char *event_id, int64_t now)
 {
-    sq_op op = {.kind = OP_EV_REDELIVER, .now = now, .scope = source, .event_id = event_id};
+    store_op op = {.kind = OP_EV_REDELIVER, .now = now, .scope = source, .event_id = event_id};
     return run_write(sq(st), &op);
 }
 
 static int sqs_event_sweep(once_store *st, int64_t now, size_t *count)
 {
-    sq_op op = {.kind = OP_EV_SWEEP, .now = now};
+    store_op op = {.kind = OP_EV_SWEEP, .now = now};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;

@@ -56,4 +56,8 @@ struct once_store {
 /* Opens a SQLite store on path (":memory:" for a private in-memory one). */
 int sqlite_store_open(const char *path, once_store **out);
 
+/* Opens a PostgreSQL store on a libpq URL; ?once_schema=NAME puts its
+ * tables in that schema (created if needed). */
+int pg_store_open(const char *url, once_store **out);
+
 #endif

@@ -1,0 +1,81 @@
+/*
+ * op.h — one ledger operation as a store sees it: its inputs, where its
+ * outputs go, and its result. Every store queues these for its writers
+ * (group commit) or runs them on a read connection.
+ */
+#ifndef ONCE_STORE_OP_H
+#define ONCE_STORE_OP_H
+
+#include "ledger/internal.h"
+#include "store/batchq.h"
+
+typedef enum store_op_kind {
+    OP_RESERVE,
+    OP_COMPLETE,
+    OP_SETTLE,
+    OP_RESOLVE,
+    OP_EXPIRE,
+    OP_HOLD,
+    OP_SWEEP,
+    OP_HOLD_ALL,
+    OP_GET,
+    OP_LIST,
+    OP_PING,
+    OP_EV_INSERT,
+    OP_EV_CLAIM,
+    OP_EV_SETTLE,
+    OP_EV_GET,
+    OP_EV_LIST,
+    OP_EV_REDELIVER,
+    OP_EV_SWEEP
+} store_op_kind;
+
+/* One queued operation: its inputs, where its outputs go, and its result.
+ * The caller owns it (on its stack) and sleeps until the writer is done. */
+typedef struct store_op {
+    bq_item item; /* first: the queue links items */
+    store_op_kind kind;
+    int64_t now;
+    const char *scope;
+    const char *key;
+    const char *token;
+    const char *text; /* error, note or reason */
+    const char *provider_id;
+    const once_reserve_req *rreq;
+    const once_response *resp;
+    once_state to;
+    once_outcome outcome;
+    const once_list_req *lreq;
+    int64_t after_id;
+    once_reservation *res;
+    once_action *action;
+    once_action_list *list;
+    size_t count;
+    /* webhook events */
+    const once_event_in *ev_in;
+    int *inserted;
+    const char *event_id;
+    const char *receipt;
+    const once_event_list_req *ev_lreq;
+    once_event *event;
+    once_event_list *ev_list;
+    size_t max;
+    int64_t lease_ms;
+    int64_t delay_ms;
+    int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
+    int dead; /* OP_EV_SETTLE retry: give up */
+    int rc;
+    char detail[ONCE_DETAIL_MAX];
+    /* Asynchronous operations only: the callback, and copies of what the
+     * ledger passed on its stack. */
+    once_cb cb;
+    void *cb_ctx;
+    once_reserve_req rreq_copy;
+    once_event_in ev_in_copy;
+    char token_buf[ONCE_TOKEN_LEN + 1];
+} store_op;
+
+/* Fails op with code and a detail. */
+void store_op_fail(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * pg_schema.c — the PostgreSQL schema of once and its forward migrations.
+ *
+ * The state machine of an action is written here a second time, as
+ * PL/pgSQL functions, so that every ledger operation is one statement: a
+ * batch of them then travels in one pipeline, inside one transaction, in one
+ * round trip, and one commit serves every caller in it (group commit). The
+ * functions never raise for an expected outcome (a duplicate, a stale token):
+ * they return it, so one refused operation does not abort its batch.
+ *
+ * Migrations run under a transaction-level advisory lock, so N gateways
+ * starting at once migrate once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/internal.h"
+#include "store/pg_schema.h"
+
+#define SCHEMA_LOCK_KEY 0x4f4e4345 /* "ONCE" */
+
+/* Migration N takes a database from version N-1 to N. Never edit a shipped
+ * step; append a new one. */
+static const char *const migrations[] = {
+    /* 1: actions, events, and the functions of the state machine. */
+    "CREATE TABLE actions ("
+    "  id BIGSERIAL PRIMARY KEY,"
+    "  scope TEXT NOT NULL,"
+    "  key TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','completed','released','unknown','held')),"
+    "  attempt BIGINT NOT NULL,"
+    "  token TEXT NOT NULL,"
+    "  created_at BIGINT NOT NULL,"
+    "  updated_at BIGINT NOT NULL,"
+    "  lease_expires_at BIGINT NOT NULL,"
+    "  expires_at BIGINT NOT NULL DEFAULT 0,"
+    "  retention_ms BIGINT NOT NULL,"
+    "  fingerprint TEXT,"
+    "  request BYTEA,"
+    "  has_response BOOLEAN NOT NULL DEFAULT false,"
+    "  resp_status INTEGER,"
+    "  resp_headers TEXT,"
+    "  resp_body BYTEA,"
+    "  provider_id TEXT,"
+    "  error TEXT,"
+    "  note TEXT,"
+    "  UNIQUE (scope, key)"
+    ");"
+    "CREATE INDEX actions_pending_lease ON actions (lease_expires_at) WHERE state = 'pending';"
+    "CREATE INDEX actions_unknown ON actions (scope) WHERE state = 'unknown';"
+    "CREATE INDEX actions_expiry ON actions (expires_at) WHERE state IN ('completed','released');"
+    "CREATE INDEX actions_state ON actions (state, id);"
+    "CREATE TABLE events ("
+    "  id BIGSERIAL PRIMARY KEY,"
+    "  source TEXT NOT NULL,"
+    "  event_id TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','delivered','dead')),"
+    "  attempt BIGINT NOT NULL DEFAULT 0,"
+    "  received_at BIGINT NOT NULL,"
+    "  updated_at BIGINT NOT NULL,"
+    "  next_at BIGINT NOT NULL,"
+    "  claim_until BIGINT NOT NULL DEFAULT 0,"
+    "  receipt TEXT,"
+    "  delivered_at BIGINT NOT NULL DEFAULT 0,"
+    "  expires_at BIGINT NOT NULL DEFAULT 0,"
+    "  retention_ms BIGINT NOT NULL,"
+    "  content_type TEXT,"
+    "  headers TEXT,"
+    "  body BYTEA,"
+    "  error TEXT,"
+    "  UNIQUE (source, event_id)"
+    ");"
+    "CREATE INDEX events_due ON events (source, next_at) WHERE state = 'pending';"
+    "CREATE INDEX events_expiry ON events (expires_at) WHERE state IN ('delivered','dead');"
+
+    /* reserve: the answer ('reserved', 'completed', 'in_flight', 'unknown',
+     * 'held') followed by the row as it now is (the same columns, in the
+     * same order, as the table). */
+    "CREATE TYPE once_reserved AS (answer text, id bigint, scope text, key text, state text, attempt bigint,"
+    "  token text, created_at bigint, updated_at bigint, lease_expires_at bigint, expires_at bigint,"
+    "  retention_ms bigint, fingerprint text, request bytea, has_response boolean, resp_status integer,"
+    "  resp_headers text, resp_body bytea, provider_id text, error text, note text);"
+    "CREATE FUNCTION once_reserve(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint,"
+    "  p_retention bigint, p_fp text, p_request bytea, p_retry_unknown boolean)"
+    " RETURNS SETOF once_reserved LANGUAGE plpgsql AS $$"
+    " DECLARE r actions%ROWTYPE; ans text;"
+    " BEGIN"
+    "  LOOP"
+    "   INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+    "     expires_at, retention_ms, fingerprint, request)"
+    "   VALUES (p_scope, p_key, 'pending', 1, p_token, p_now, p_now, p_now + p_lease, 0, p_retention, p_fp,"
+    "     p_request)"
+    "   ON CONFLICT (scope, key) DO NOTHING RETURNING * INTO r;"
+    "   IF FOUND THEN RETURN QUERY SELECT 'reserved'::text, a.* FROM actions a WHERE a.id = r.id; RETURN; END IF;"
+    /* The unique constraint decided; lock the winner's row (a fresh
+     * snapshot per statement sees it once its transaction committed). */
+    "   SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+    "   EXIT WHEN FOUND;"
+    "  END LOOP;"
+    "  IF r.state = 'completed' AND r.expires_at > p_now THEN ans := 'completed';"
+    "  ELSIF r.state = 'pending' AND r.lease_expires_at > p_now THEN ans := 'in_flight';"
+    "  ELSIF r.state IN ('unknown', 'held') AND NOT p_retry_unknown THEN ans := r.state;"
+    "  ELSIF r.state = 'pending' AND NOT p_retry_unknown THEN"
+    /* The lease ran out unnoticed: the attempt may have acted. */
+    "   UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = p_now WHERE id = r.id;"
+    "   ans := 'unknown';"
+    "  ELSE"
+    "   UPDATE actions SET state = 'pending', attempt = attempt + 1, token = p_token, updated_at = p_now,"
+    "    lease_expires_at = p_now + p_lease, expires_at = 0, retention_ms = p_retention, fingerprint = p_fp,"
+    "    request = p_request, has_response = false, resp_status = NULL, resp_headers = NULL,"
+    "    resp_body = NULL, provider_id = NULL, error = NULL, note = NULL WHERE id = r.id;"
+    "   ans := 'reserved';"
+    "  END IF;"
+    "  RETURN QUERY SELECT ans, a.* FROM actions a WHERE a.id = r.id;"
+    " END $$;"
+
+    /* complete: 'ok', 'notfound', 'stale:<attempt>', 'state:<state>'. */
+    "CREATE FUNCTION once_complete(p_scope text, p_key text, p_token text, p_now bigint, p_has boolean,"
+    "  p_status integer, p_headers text, p_body bytea, p_provider text)"
+    " RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE r actions%ROWTYPE;"
+    " BEGIN"
+    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+    "  IF r.state = 'completed' THEN RETURN 'ok'; END IF;"
+    "  IF r.state = 'released' THEN RETURN 'state:released'; END IF;"
+    "  UPDATE actions SET state = 'completed', has_response = p_has, resp_status = p_status,"
+    "   resp_headers = p_headers, resp_body = p_body, provider_id = p_provider,"
+    "   note = COALESCE(note, CASE r.state WHEN 'unknown' THEN 'late completion (the action was unknown)'"
+    "     WHEN 'held' THEN 'late completion (the action was held)' END),"
+    "   updated_at = p_now, expires_at = p_now + retention_ms WHERE id = r.id;"
+    "  RETURN 'ok';"
+    " END $$;"
+
+    /* release / mark unknown. */
+    "CREATE FUNCTION once_settle(p_scope text, p_key text, p_token text, p_to text, p_error text, p_now bigint)"
+    " RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE r actions%ROWTYPE;"
+    " BEGIN"
+    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+    "  IF r.state = p_to THEN RETURN 'ok'; END IF;"
+    "  IF r.state <> 'pending' THEN RETURN 'state:' || r.state; END IF;"
+    "  UPDATE actions SET state = p_to, error = COALESCE(p_error, error), updated_at = p_now,"
+    "   expires_at = CASE WHEN p_to = 'released' THEN p_now + retention_ms ELSE 0 END WHERE id = r.id;"
+    "  RETURN 'ok';"
+    " END $$;"
+
+    "CREATE FUNCTION once_resolve(p_scope text, p_key text, p_outcome text, p_provider text, p_note text,"
+    "  p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE r actions%ROWTYPE;"
+    " BEGIN"
+    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    "  IF r.state NOT IN ('unknown', 'held') THEN RETURN 'state:' || r.state; END IF;"
+    "  UPDATE actions SET state = p_outcome, provider_id = p_provider, note = p_note, has_response = false,"
+    "   resp_status = NULL, resp_headers = NULL, resp_body = NULL, updated_at = p_now,"
+    "   expires_at = p_now + retention_ms WHERE id = r.id;"
+    "  RETURN 'ok';"
+    " END $$;"
+
+    "CREATE FUNCTION once_hold(p_scope text, p_key text, p_reason text, p_now bigint)"
+    " RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE r actions%ROWTYPE;"
+    " BEGIN"
+    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    "  IF r.state <> 'unknown' THEN RETURN 'state:' || r.state; END IF;"
+    "  UPDATE actions SET state = 'held', updated_at = p_now, error = CASE WHEN p_reason IS NULL THEN error"
+    "   WHEN error IS NULL THEN p_reason ELSE p_reason || ' (after: ' || error || ')' END WHERE id = r.id;"
+    "  RETURN 'ok';"
+    " END $$;"
+
+    /* ack / retry of a claim: 'ok', 'notfound', 'stale', 'state:<state>'. */
+    "CREATE FUNCTION once_event_settle(p_source text, p_id bigint, p_receipt text, p_ack boolean,"
+    "  p_delay bigint, p_dead boolean, p_error text, p_now bigint)"
+    " RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE e events%ROWTYPE;"
+    " BEGIN"
+    "  SELECT * INTO e FROM events WHERE id = p_id FOR UPDATE;"
+    "  IF NOT FOUND OR e.source <> p_source THEN RETURN 'notfound'; END IF;"
+    "  IF e.receipt IS DISTINCT FROM p_receipt THEN RETURN 'stale'; END IF;"
+    "  IF e.state <> 'pending' THEN"
+    "   IF p_ack AND e.state = 'delivered' THEN RETURN 'ok'; END IF;"
+    "   RETURN 'state:' || e.state; END IF;"
+    "  UPDATE events SET"
+    "   state = CASE WHEN p_ack THEN 'delivered' WHEN p_dead THEN 'dead' ELSE 'pending' END,"
+    "   claim_until = 0, updated_at = p_now,"
+    "   next_at = CASE WHEN p_ack OR p_dead THEN p_now ELSE p_now + p_delay END,"
+    "   receipt = CASE WHEN p_ack OR p_dead THEN receipt ELSE NULL END,"
+    "   delivered_at = CASE WHEN p_ack THEN p_now ELSE delivered_at END,"
+    "   expires_at = CASE WHEN p_ack OR p_dead THEN p_now + retention_ms ELSE 0 END,"
+    "   error = COALESCE(p_error, error) WHERE id = p_id;"
+    "  RETURN 'ok';"
+    " END $$;",
+};
+
+#define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
+
+int pg_schema_latest(void)
+{
+    return LATEST;
+}
+
+static int exec_ok(PGconn *c, const char *sql, char *err, size_t errlen)
+{
+    PGresult *res = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(res);
+    int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (!ok)
+        snprintf(err, errlen, "%s", PQresultErrorMessage(res));
+    PQclear(res);
+    return ok ? 0 : -1;
+}
+
+int pg_schema_prepare(PGconn *c, const char *schema)
+{
+    char err[512], sql[256];
+    if (exec_ok(c, "BEGIN", err, sizeof err) < 0)
+        return once_fail(ONCE_ESTORE, "schema: %s", err);
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d)", SCHEMA_LOCK_KEY);
+    if (exec_ok(c, sql, err, sizeof err) < 0)
+        goto fail;
+    if (schema) {
+        snprintf(sql, sizeof sql, "CREATE SCHEMA IF NOT EXISTS \"%s\"", schema);
+        if (exec_ok(c, sql, err, sizeof err) < 0)
+            goto fail;
+    }
+    if (exec_ok(c, "CREATE TABLE IF NOT EXISTS once_schema (version INTEGER NOT NULL)", err, sizeof err) < 0)
+        goto fail;
+    PGresult *res = PQexec(c, "SELECT max(version) FROM once_schema");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, sizeof err, "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        goto fail;
+    }
+    int version = PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (version > LATEST) {
+        PQclear(PQexec(c, "ROLLBACK"));
+        return once_fail(ONCE_ESCHEMA,
+                         "the store has schema version %d but this once knows only up to %d: upgrade once "
+                         "(the database was left untouched)",
+                         version, LATEST);
+    }
+    for (int step = version; step < LATEST; step++) {
+        if (exec_ok(c, migrations[step], err, sizeof err) < 0)
+            goto fail;
+    }
+    if (version < LATEST) {
+        snprintf(sql, sizeof sql, "DELETE FROM once_schema; INSERT INTO once_schema VALUES (%d)", LATEST);
+        if (exec_ok(c, sql, err, sizeof err) < 0)
+            goto fail;
+    }
+    if (exec_ok(c, "COMMIT", err, sizeof err) < 0)
+        return once_fail(ONCE_ESTORE, "schema: %s", err);
+    return ONCE_OK;
+fail:
+    PQclear(PQexec(c, "ROLLBACK"));
+    /* Keep the first line: libpq messages end with newlines and context. */
+    err[strcspn(err, "\n")] = '\0';
+    return once_fail(ONCE_ESTORE, "schema: %s", err);
+}
