@@ -21,7 +21,7 @@
 #include "server/log.h"
 
 #define IDLE_WAIT_MS 500
-#define CLAIM_GRACE_MS 30000 /* a claim outlives the call's timeout by this */
+#define CLAIM_GRACE_MS 5000 /* a claim outlives the call's timeout by this */
 
 typedef struct job {
     struct job *next;

@@ -833,7 +833,9 @@ def test_inbox_of_push_source_409(make_gw, agent):
 
 def test_sigkill_after_ack_before_delivery(make_gw):
     port = free_port()  # nothing listens there yet: every delivery fails to connect
-    gw = make_gw({"push": push_source(f"http://127.0.0.1:{port}", max_attempts=1000)})
+    # timeout 2s: a kill that lands between a claim and its settlement leaves the
+    # claim for timeout + 5 s, well inside the wait below.
+    gw = make_gw({"push": push_source(f"http://127.0.0.1:{port}", max_attempts=1000, timeout="2s")})
     e = post_gh(gw, "push", b'{"survive":"kill -9"}')
     # At least one delivery attempt failed (connection refused) and the event is pending.
     ev = wait_until(lambda: (lambda x: x if x["attempt"] >= 1 and x["state"] == "pending" else None)(
@@ -856,7 +858,7 @@ def test_sigkill_after_ack_before_delivery(make_gw):
 
 def test_sigkill_during_delivery_redelivered_after_claim_lease(make_gw, agent):
     # The agent receives the first delivery and never answers; the gateway dies mid-call.
-    # After a restart the claim (timeout + CLAIM_GRACE_MS = 2 s + 30 s) must run out and the
+    # After a restart the claim (timeout + CLAIM_GRACE_MS = 2 s + 5 s) must run out and the
     # same event be delivered again.
     agent.configure(hang_first=1, hang_ms=90000)
     gw = make_gw({"push": push_source(agent.url, timeout="2s", max_attempts=5)})
@@ -875,7 +877,7 @@ def test_sigkill_during_delivery_redelivered_after_claim_lease(make_gw, agent):
     assert [d["headers"]["once-attempt"] for d in ds] == ["1", "2"], ds
     wait_until(lambda: gw.hooks_show("push", e)["state"] == "delivered", what="delivered")
     # Not before the claim's lease: no two deliveries of one event at once.
-    assert waited > 25, f"redelivered {waited:.1f} s after the kill, before the claim's lease ended"
+    assert waited > 6, f"redelivered {waited:.1f} s after the kill, before the claim's lease ended"
 
 
 # =========================================================================== pull inbox
