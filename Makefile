@@ -50,6 +50,7 @@ bench: build
 	@bash scripts/deps --bench
 	@bash bench/run.sh $(BUILD)
 	@bash bench/proxy.sh $(BUILD)
+	@bash bench/hooks.sh $(BUILD)
 
 valgrind: build
 	@bash scripts/valgrind $(BUILD)

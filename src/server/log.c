@@ -101,7 +101,7 @@ void log_request(const char *method, const char *route, const char *scope, const
     if (upstream_ms >= 0)
         putf(&l, ",\"upstream_ms\":%.3f", upstream_ms);
     else
-        put(&l, ",\"upstream_ms\":null", 18);
+        put(&l, ",\"upstream_ms\":null", strlen(",\"upstream_ms\":null"));
     putf(&l, ",\"ms\":%.3f", ms);
     emit(&l);
 }

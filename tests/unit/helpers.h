@@ -4,6 +4,11 @@
  * Every test gets a fresh store in its own mkdtemp directory under /tmp
  * (removed in teardown). Everything here is static inline so that a test
  * file that does not use a helper does not warn.
+ *
+ * Store kinds: TH_MEM (sqlite::memory:), TH_FILE (sqlite:PATH) and TH_PG:
+ * $ONCE_TEST_PG_URL?once_schema=t_<pid>_<n>_<rand>, a schema of its own that
+ * teardown drops. Without ONCE_TEST_PG_URL the PostgreSQL variants (the P()
+ * entries, see TH_PG_TEST) are skipped, so ctest works without a database.
  */
 #ifndef ONCE_TESTS_UNIT_HELPERS_H
 #define ONCE_TESTS_UNIT_HELPERS_H
@@ -24,14 +29,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include <once/once.h>
+
+enum { TH_MEM = 0, TH_FILE = 1, TH_PG = 2 };
 
 /* A test environment: a temporary directory and (optionally) a store. */
 typedef struct th_env {
     char dir[128];   /* the mkdtemp directory */
     char path[192];  /* dir/once.db */
-    char url[224];   /* sqlite:dir/once.db or sqlite::memory: */
-    int file;        /* 1 when the store is a file */
+    char url[1024];  /* sqlite:dir/once.db, sqlite::memory: or postgres://...?once_schema=... */
+    int kind;        /* TH_MEM, TH_FILE or TH_PG */
+    int file;        /* 1 when the store is an SQLite file */
+    int durable;     /* 1 when the store outlives its handle (file or PostgreSQL) */
+    char schema[64]; /* TH_PG: the schema, dropped in teardown */
+    int pg_skip;     /* TH_PG without ONCE_TEST_PG_URL: the test is skipped */
+    uintptr_t fn;    /* TH_PG_TEST: the test function th_pg_run calls */
     once_store *st;
 } th_env;
 
@@ -57,18 +71,72 @@ static inline void th_mkdtemp(char *out, size_t n)
     assert_non_null(mkdtemp(out));
 }
 
-/* Builds the env and opens its store (file != 0: sqlite:PATH). */
-static inline th_env *th_env_new(int file)
+/* $ONCE_TEST_PG_URL, or NULL when unset or empty. */
+static inline const char *th_pg_url(void)
 {
+    const char *u = getenv("ONCE_TEST_PG_URL");
+    return u && u[0] ? u : NULL;
+}
+
+static inline void th_pg_quiet(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
+/* Runs one statement on $ONCE_TEST_PG_URL (outside any once store);
+ * returns 0 on success. */
+static inline int th_pg_exec(const char *sql)
+{
+    const char *base = th_pg_url();
+    if (!base)
+        return -1;
+    PGconn *c = PQconnectdb(base);
+    int rc = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PQsetNoticeProcessor(c, th_pg_quiet, NULL); /* no "drop cascades to ..." */
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK)
+            rc = 0;
+        else
+            fprintf(stderr, "th_pg_exec(%s): %s", sql, PQerrorMessage(c));
+        PQclear(r);
+    } else {
+        fprintf(stderr, "th_pg_exec: cannot connect: %s", PQerrorMessage(c));
+    }
+    PQfinish(c);
+    return rc;
+}
+
+/* Builds the env and opens its store (kind: TH_MEM, TH_FILE or TH_PG; for
+ * TH_PG without ONCE_TEST_PG_URL, no store and pg_skip set). */
+static inline th_env *th_env_new(int kind)
+{
+    static unsigned counter;
     th_env *e = calloc(1, sizeof *e);
     assert_non_null(e);
     th_mkdtemp(e->dir, sizeof e->dir);
     snprintf(e->path, sizeof e->path, "%s/once.db", e->dir);
-    e->file = file;
-    if (file)
+    e->kind = kind;
+    e->file = kind == TH_FILE;
+    e->durable = kind != TH_MEM;
+    if (kind == TH_PG) {
+        const char *base = th_pg_url();
+        if (!base) {
+            e->pg_skip = 1;
+            return e;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(e->schema, sizeof e->schema, "t_%ld_%u_%lx", (long)getpid(), ++counter,
+                 (unsigned long)(ts.tv_nsec ^ (ts.tv_sec << 20)) & 0xffffffUL);
+        snprintf(e->url, sizeof e->url, "%s%sonce_schema=%s", base, strchr(base, '?') ? "&" : "?",
+                 e->schema);
+    } else if (kind == TH_FILE) {
         snprintf(e->url, sizeof e->url, "sqlite:%s", e->path);
-    else
+    } else {
         snprintf(e->url, sizeof e->url, "sqlite::memory:");
+    }
     int rc = once_store_open(e->url, &e->st);
     if (rc != 0)
         fprintf(stderr, "once_store_open(%s): %d %s: %s\n", e->url, rc, once_strerror(rc),
@@ -84,30 +152,47 @@ static inline void th_env_free(th_env *e)
         return;
     once_store_close(e->st);
     e->st = NULL;
+    if (e->schema[0]) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", e->schema);
+        if (th_pg_exec(sql) != 0)
+            fprintf(stderr, "th_env_free: could not drop schema %s\n", e->schema);
+    }
     th_rmrf(e->dir);
     free(e);
 }
 
-/* Closes and reopens a file store. */
+/* Closes and reopens a durable (file or PostgreSQL) store. */
 static inline void th_env_reopen(th_env *e)
 {
-    assert_true(e->file);
+    assert_true(e->durable);
     once_store_close(e->st);
     e->st = NULL;
     int rc = once_store_open(e->url, &e->st);
-    assert_int_equal(rc, 0);
+    if (rc != 0)
+        fail_msg("reopen %s: rc %d (%s): %s", e->url, rc, once_strerror(rc), once_errdetail());
     assert_non_null(e->st);
 }
 
 static inline int th_setup_file(void **state)
 {
-    *state = th_env_new(1);
+    *state = th_env_new(TH_FILE);
     return 0;
 }
 
 static inline int th_setup_mem(void **state)
 {
-    *state = th_env_new(0);
+    *state = th_env_new(TH_MEM);
+    return 0;
+}
+
+/* The setup of a TH_PG_TEST entry: *state holds the test function on entry. */
+static inline int th_setup_pg(void **state)
+{
+    uintptr_t fn = (uintptr_t)*state;
+    th_env *e = th_env_new(TH_PG);
+    e->fn = fn;
+    *state = e;
     return 0;
 }
 
@@ -117,6 +202,25 @@ static inline int th_teardown(void **state)
     *state = NULL;
     return 0;
 }
+
+/* The test function of a TH_PG_TEST entry: skips (cmocka's skip(), which
+ * cmocka prints) without ONCE_TEST_PG_URL, else runs the real test. A skip
+ * from a setup function would count as an error, hence this trampoline. */
+static inline void th_pg_run(void **state)
+{
+    th_env *e = *state;
+    if (e->pg_skip) {
+        print_message("ONCE_TEST_PG_URL is not set: PostgreSQL variant skipped\n");
+        skip();
+    }
+    void (*fn)(void **) = (void (*)(void **))e->fn;
+    fn(state);
+}
+
+/* A cmocka entry that runs test f on a fresh PostgreSQL schema, set up by
+ * setup (th_setup_pg, or one that behaves like it). */
+#define TH_PG_TEST(f, setup) {#f " [postgres]", th_pg_run, setup, th_teardown, (void *)(uintptr_t)(f)}
+#define P(f) TH_PG_TEST(f, th_setup_pg)
 
 /* ---- small utilities ---------------------------------------------------- */
 

@@ -238,7 +238,7 @@ static void test_reserve_async_new(void **state)
     once_reservation_free(out);
     th_assert_rc(once_complete(e->st, S, "new-1", tok, NULL, NULL), 0);
     assert_int_equal(th_state(e->st, S, "new-1"), ONCE_STATE_COMPLETED);
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         assert_int_equal(th_state(e->st, S, "new-1"), ONCE_STATE_COMPLETED);
     }
@@ -272,7 +272,8 @@ static void test_reserve_async_released(void **state)
 
 /* ---- once_reserve_async: answers from a read -------------------------------- */
 
-/* Calls once_reserve_async on a row whose answer is want. On a file store one
+/* Calls once_reserve_async on a row whose answer is want. On a file or
+ * PostgreSQL store one
  * indexed read answers: 1, *out filled, no callback ever. The in-memory store
  * has one connection, so its reads go through the writer too: it may queue
  * (0, then one callback with rc 0 and *out filled). */
@@ -284,7 +285,7 @@ static void reserve_async_expect_read(th_env *e, const once_reserve_req *req, on
     cb_init(w, out);
     g_req[1] = *req;
     int rc = once_reserve_async(e->st, &g_req[1], out, rec_cb, w);
-    if (e->file && rc != 1)
+    if (e->durable && rc != 1)
         fail_msg("once_reserve_async(%s): rc %d, want 1 (answered by a read); detail: %s", req->key, rc,
                  once_errdetail());
     if (rc == 1) {
@@ -469,7 +470,7 @@ static void test_complete_async(void **state)
     th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
     th_assert_response_eq(&r.action.response, &resp);
     once_reservation_free(&r);
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         assert_int_equal(th_state(e->st, S, "c1"), ONCE_STATE_COMPLETED);
     }
@@ -495,7 +496,7 @@ static void test_release_async(void **state)
 
     /* Released: the key is free again (attempt 2). */
     th_reserve_new(e->st, S, "r1", NULL, 2);
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         assert_int_equal(th_state(e->st, S, "r1"), ONCE_STATE_PENDING);
     }
@@ -534,7 +535,7 @@ static void test_mark_unknown_async(void **state)
     th_assert_action_eq(&a, &b);
     once_action_free(&a);
     once_action_free(&b);
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         assert_int_equal(th_state(e->st, S, "u1"), ONCE_STATE_UNKNOWN);
     }
@@ -813,13 +814,13 @@ static void test_async_bulk(void **state)
         for (int j = i + 1; j < NBULK; j++)
             if (strcmp(g_bulk.items[i].token, g_bulk.items[j].token) == 0)
                 fail_msg("items %d and %d got the same token", i, j);
-    if (e->file)
+    if (e->durable)
         th_env_reopen(e);
     bulk_count(e->st, ONCE_STATE_PENDING, NBULK);
 
     /* Then complete them all asynchronously, from several threads. */
     bulk_run(e->st, 1);
-    if (e->file)
+    if (e->durable)
         th_env_reopen(e);
     bulk_count(e->st, ONCE_STATE_COMPLETED, NBULK);
     bulk_count(e->st, 0, NBULK);
@@ -941,7 +942,7 @@ static void test_retry_unknown(void **state)
     once_reservation_free(&r);
     th_assert_rc(once_complete(e->st, S, "ru-live", tok_p, NULL, NULL), 0);
 
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         assert_int_equal(th_state(e->st, S, "ru-h"), ONCE_STATE_COMPLETED);
     }
@@ -1126,7 +1127,7 @@ static void test_hold_unknown(void **state)
     th_assert_rc(once_hold_unknown(NULL, S, "r", &count), ONCE_EINVAL);
     assert_int_equal(th_state(e->st, S, "h-bad"), ONCE_STATE_UNKNOWN);
 
-    if (e->file) {
+    if (e->durable) {
         th_env_reopen(e);
         th_get(e->st, "other", "h-o", &a);
         assert_int_equal(a.state, ONCE_STATE_HELD);
@@ -1190,8 +1191,8 @@ static void test_commit_hook(void **state)
     }
     assert_int_equal(atomic_load(&g_hook.sum), writes);
 
-    if (e->file) {
-        /* Reads do not go through the writer on a file store: no commit. */
+    if (e->durable) {
+        /* Reads do not go through the writer on a file or PostgreSQL store: no commit. */
         once_action a;
         once_reservation r;
         for (int i = 0; i < NHOOK; i++) {
@@ -1331,7 +1332,7 @@ static void test_close_with_queued(void **state)
     if (closed)
         print_message("close: %d ok, %d ONCE_ECLOSED\n", ok, closed);
 
-    if (!e->file) {
+    if (!e->durable) {
         th_assert_rc(once_store_open(e->url, &e->st), 0);
         return;
     }
@@ -1370,7 +1371,7 @@ static void test_close_right_after_submit(void **state)
         assert_int_equal(out->status, ONCE_RESERVED);
     once_reservation_free(out);
     th_assert_rc(once_store_open(e->url, &e->st), 0);
-    if (e->file && w->rc == 0)
+    if (e->durable && w->rc == 0)
         assert_int_equal(th_state(e->st, S, "one"), ONCE_STATE_PENDING);
     cb_destroy(w);
 }
@@ -1384,40 +1385,58 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_reserve_async_new),
         M(test_reserve_async_new),
+        P(test_reserve_async_new),
         T(test_reserve_async_released),
         M(test_reserve_async_released),
+        P(test_reserve_async_released),
         T(test_reserve_async_answered),
         M(test_reserve_async_answered),
+        P(test_reserve_async_answered),
         T(test_async_bad_args),
         M(test_async_bad_args),
+        P(test_async_bad_args),
         T(test_complete_async),
         M(test_complete_async),
+        P(test_complete_async),
         T(test_release_async),
         M(test_release_async),
+        P(test_release_async),
         T(test_mark_unknown_async),
         M(test_mark_unknown_async),
+        P(test_mark_unknown_async),
         T(test_async_notfound),
         M(test_async_notfound),
+        P(test_async_notfound),
         T(test_async_stale),
         M(test_async_stale),
+        P(test_async_stale),
         T(test_async_bulk),
         M(test_async_bulk),
+        P(test_async_bulk),
         T(test_async_same_key),
         M(test_async_same_key),
+        P(test_async_same_key),
         T(test_retry_unknown),
         M(test_retry_unknown),
+        P(test_retry_unknown),
         T(test_retry_unknown_expired_lease),
         M(test_retry_unknown_expired_lease),
+        P(test_retry_unknown_expired_lease),
         T(test_retry_unknown_async),
         M(test_retry_unknown_async),
+        P(test_retry_unknown_async),
         T(test_hold_unknown),
         M(test_hold_unknown),
+        P(test_hold_unknown),
         T(test_commit_hook),
         M(test_commit_hook),
+        P(test_commit_hook),
         T(test_close_with_queued),
         M(test_close_with_queued),
+        P(test_close_with_queued),
         T(test_close_right_after_submit),
         M(test_close_right_after_submit),
+        P(test_close_right_after_submit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -365,12 +365,16 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_same_key_race),
         M(test_same_key_race),
+        P(test_same_key_race),
         T(test_distinct_keys),
         M(test_distinct_keys),
+        P(test_distinct_keys),
         T(test_outcome_race),
         M(test_outcome_race),
+        P(test_outcome_race),
         T(test_readers_and_writers),
         M(test_readers_and_writers),
+        P(test_readers_and_writers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

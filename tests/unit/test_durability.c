@@ -4,6 +4,11 @@
  * returned, and is killed with SIGKILL; the parent reopens the file and finds
  * the exact row. Also: reopen keeps rows; processes race on one file.
  *
+ * On PostgreSQL (the P entries, skipped without ONCE_TEST_PG_URL): a child
+ * reserves (and completes) through PostgreSQL, is SIGKILLed, and the parent
+ * reopens the schema and finds the row; reopen, two handles and the process
+ * race run there too.
+ *
  * fork() is only called while the parent has no store open (no libonce
  * threads), so the child starts from a single-threaded copy.
  */
@@ -110,10 +115,20 @@ static void crash_child(th_env *e, int do_complete, crash_msg *m)
 /* An env whose file exists but whose store is not open in this process. */
 static int setup_closed(void **state)
 {
-    th_env *e = th_env_new(1);
+    th_env *e = th_env_new(TH_FILE);
     once_store_close(e->st);
     e->st = NULL;
     *state = e;
+    return 0;
+}
+
+/* The same on a PostgreSQL schema (a TH_PG_TEST setup: *state is the test). */
+static int setup_closed_pg(void **state)
+{
+    th_setup_pg(state);
+    th_env *e = *state;
+    once_store_close(e->st);
+    e->st = NULL;
     return 0;
 }
 
@@ -337,6 +352,7 @@ static void test_process_race(void **state)
 
 #define C(f) cmocka_unit_test_setup_teardown(f, setup_closed, th_teardown)
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
+#define CP(f) TH_PG_TEST(f, setup_closed_pg)
 
 int main(void)
 {
@@ -347,6 +363,12 @@ int main(void)
         T(test_reopen_keeps_rows),
         T(test_two_handles),
         C(test_process_race),
+        CP(test_crash_after_reserve),
+        CP(test_crash_after_complete),
+        CP(test_crash_repeated),
+        P(test_reopen_keeps_rows),
+        P(test_two_handles),
+        CP(test_process_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -270,17 +270,26 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_stale_token_pending),
+        P(test_stale_token_pending),
         T(test_stale_token_old_attempt),
         M(test_stale_token_old_attempt),
+        P(test_stale_token_old_attempt),
         T(test_stale_token_settled),
+        P(test_stale_token_settled),
         T(test_release_unknown_wrong_state),
         M(test_release_unknown_wrong_state),
+        P(test_release_unknown_wrong_state),
         T(test_idempotent_repeats),
+        P(test_idempotent_repeats),
         T(test_resolve_wrong_state),
+        P(test_resolve_wrong_state),
         T(test_hold_wrong_state),
+        P(test_hold_wrong_state),
         T(test_not_found),
         M(test_not_found),
+        P(test_not_found),
         T(test_invalid_args_row_unchanged),
+        P(test_invalid_args_row_unchanged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -427,14 +427,22 @@ int main(void)
     const struct CMUnitTest tests[] = {
         M(test_paging_250),
         T(test_paging_250),
+        P(test_paging_250),
         T(test_items_are_full_records),
+        P(test_items_are_full_records),
         M(test_filters),
+        P(test_filters),
         T(test_paging_stable_under_inserts),
         M(test_paging_stable_under_inserts),
+        P(test_paging_stable_under_inserts),
         T(test_paging_with_updates),
+        P(test_paging_with_updates),
         T(test_bad_requests),
+        P(test_bad_requests),
         T(test_empty),
+        P(test_empty),
         M(test_scope_filter_exact),
+        P(test_scope_filter_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
