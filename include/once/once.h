@@ -128,6 +128,8 @@ typedef struct once_action {
     char *provider_id;        /* may be NULL */
     char *error;              /* last error (release/unknown/expiry reason); may be NULL */
     char *note;               /* resolution note, late completion note; may be NULL */
+    int64_t lookups;          /* provider lookups tried for this unknown action */
+    char *trail;              /* reconciliation steps, one per line, oldest first; may be NULL */
 } once_action;
 
 /* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
@@ -288,6 +290,25 @@ int once_sweep(once_store *store, int64_t now, size_t *count);
 /* Moves every UNKNOWN row (of scope, or of every scope when scope is NULL)
  * to HELD with reason. *count (may be NULL) gets how many moved. */
 int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
+
+/* ---- reconciliation: ask the provider, never resend --------------------- */
+
+/* Claims up to max UNKNOWN actions of scope whose next lookup is due: each
+ * is kept from other claimers (other nodes) for lease_ms. */
+int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, once_action_list *out);
+
+/* The provider's lookup settled an UNKNOWN action: ONCE_OUTCOME_COMPLETED
+ * stores response (may be NULL) and provider_id, so retries replay it;
+ * ONCE_OUTCOME_RELEASED frees the key for the next attempt. step (may be
+ * NULL) is appended to the trail. Anything but UNKNOWN is ONCE_ESTATE. */
+int once_reconcile(once_store *store, const char *scope, const char *key, once_outcome outcome,
+                   const once_response *response, const char *provider_id, const char *step);
+
+/* A lookup gave no answer: counts it, appends step to the trail, and makes
+ * the next lookup due after delay_ms — or, with hold set, moves the action
+ * to HELD with step as the reason. Only from UNKNOWN (ONCE_ESTATE else). */
+int once_reconcile_failed(once_store *store, const char *scope, const char *key, int64_t delay_ms, int hold,
+                          const char *step);
 
 /* Callback of the asynchronous calls (see "asynchronous variants"). */
 typedef void (*once_cb)(void *ctx, int rc, const char *detail);

@@ -19,6 +19,7 @@ void once_action_free(once_action *a)
     free(a->provider_id);
     free(a->error);
     free(a->note);
+    free(a->trail);
     memset(a, 0, sizeof *a);
 }
 

@@ -6,8 +6,10 @@
  * here means every store gets the same contract and none can forget a check.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ledger/internal.h"
 #include "ledger/validate.h"
@@ -309,6 +311,83 @@ int once_hold_unknown(once_store *store, const char *scope, const char *reason, 
     if (rc == ONCE_OK && count)
         *count = n;
     return rc;
+}
+
+int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, once_action_list *out)
+{
+    once_detail_clear();
+    if (!store || !out)
+        return once_fail(ONCE_EINVAL, "reconcile_claim: store and out are required");
+    memset(out, 0, sizeof *out);
+    int rc = once_scope_validate(scope);
+    if (rc < 0)
+        return rc;
+    if (max < 1 || max > LIST_MAX || lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "reconcile_claim: max 1..%d and a lease of 1 ms to 7 days", LIST_MAX);
+    rc = store->vt->reconcile_claim(store, scope, max, lease_ms, once_now_ms(), out);
+    if (rc < 0)
+        once_action_list_free(out);
+    return rc;
+}
+
+/* "2026-11-30T07:39:48.123Z step": a trail line, stamped here so that every
+ * store records the same text. */
+static int trail_line(const char *step, int64_t now, char *out, size_t len)
+{
+    if (!step)
+        return 0;
+    time_t secs = (time_t)(now / 1000);
+    struct tm tm;
+    if (!gmtime_r(&secs, &tm))
+        return once_fail(ONCE_EINVAL, "reconcile: bad clock");
+    char t[32];
+    strftime(t, sizeof t, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%.20s.%03dZ %s", t, (int)(now % 1000), step);
+    return 1;
+}
+
+int once_reconcile(once_store *store, const char *scope, const char *key, once_outcome outcome,
+                   const once_response *response, const char *provider_id, const char *step)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "reconcile: store is NULL");
+    int rc = check_name(scope, key);
+    if (rc < 0)
+        return rc;
+    if (outcome != ONCE_OUTCOME_COMPLETED && outcome != ONCE_OUTCOME_RELEASED)
+        return once_fail(ONCE_EINVAL, "reconcile: outcome must be completed or released");
+    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0 ||
+        (rc = validate_text("step", step, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    if (response && (response->body_len > ONCE_BODY_MAX || response->headers_len > ONCE_HEADERS_MAX ||
+                     (!response->body && response->body_len) || (!response->headers && response->headers_len)))
+        return once_fail(ONCE_EINVAL, "reconcile: response out of range");
+    int64_t now = once_now_ms();
+    char line[ONCE_TEXT_MAX + 64];
+    if ((rc = trail_line(step, now, line, sizeof line)) < 0)
+        return rc;
+    return store->vt->reconcile(store, scope, key, outcome, response, provider_id, rc ? line : NULL, now);
+}
+
+int once_reconcile_failed(once_store *store, const char *scope, const char *key, int64_t delay_ms, int hold,
+                          const char *step)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "reconcile_failed: store is NULL");
+    int rc = check_name(scope, key);
+    if (rc < 0)
+        return rc;
+    if (delay_ms < 0 || delay_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "reconcile_failed: delay must be between 0 and 7 days");
+    if ((rc = validate_text("step", step, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    int64_t now = once_now_ms();
+    char line[ONCE_TEXT_MAX + 64];
+    if ((rc = trail_line(step, now, line, sizeof line)) < 0)
+        return rc;
+    return store->vt->reconcile_failed(store, scope, key, delay_ms, hold, rc ? line : NULL, now);
 }
 
 int once_sweep(once_store *store, int64_t now, size_t *count)

@@ -41,7 +41,7 @@
 #define A_COLS                                                                                          \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, "    \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, provider_id, " \
-    "error, note"
+    "error, note, lookups, lookup_next_at, trail"
 #define E_COLS                                                                                          \
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "   \
     "delivered_at, expires_at, retention_ms, content_type, headers, body, error"
@@ -69,6 +69,15 @@ static const stmt_def stmts[] = {
     {"list", "SELECT " A_COLS " FROM actions WHERE id > $1 AND ($2::text IS NULL OR state = $2) "
              "AND ($3::text IS NULL OR scope = $3) ORDER BY id LIMIT $4"},
     {"ping", "SELECT 1"},
+    /* SKIP LOCKED: lookups on N nodes take disjoint actions. */
+    {"rc_claim", "UPDATE actions a SET lookup_next_at = $2 + $3 FROM (SELECT id FROM actions WHERE state = "
+                 "'unknown' AND scope = $1 AND lookup_next_at <= $2 ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) d "
+                 "WHERE a.id = d.id RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, "
+                 "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
+                 "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
+                 "a.lookups, a.lookup_next_at, a.trail"},
+    {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
     {"ev_insert", "INSERT INTO events (source, event_id, state, received_at, updated_at, next_at, retention_ms, "
                   "content_type, headers, body) VALUES ($1, $2, 'pending', $3, $3, $3, $4, $5, $6, $7) "
                   "ON CONFLICT (source, event_id) DO NOTHING"},
@@ -350,6 +359,8 @@ static int action_decode(const PGresult *res, int row, int c0, once_action *a)
     a->provider_id = col_text(res, row, c0 + 17, &ok);
     a->error = col_text(res, row, c0 + 18, &ok);
     a->note = col_text(res, row, c0 + 19, &ok);
+    a->lookups = col_int(res, row, c0 + 20);
+    a->trail = col_text(res, row, c0 + 22, &ok);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -509,6 +520,43 @@ static int op_send(PGconn *c, store_op *op)
         name = "sweep";
         p_int(&p, op->now);
         break;
+    case OP_RC_CLAIM:
+        name = "rc_claim";
+        p_text(&p, op->scope);
+        p_int(&p, op->now);
+        p_int(&p, op->lease_ms);
+        p_int(&p, (int64_t)op->max);
+        break;
+    case OP_RC_SETTLE: {
+        const once_response *r = op->outcome == ONCE_OUTCOME_COMPLETED ? op->resp : NULL;
+        name = "rc_settle";
+        p_text(&p, op->scope);
+        p_text(&p, op->key);
+        p_text(&p, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+        p_bool(&p, r != NULL);
+        if (r) {
+            p_int(&p, r->status);
+            p_text(&p, r->headers);
+            p_bytes(&p, r->body, r->body_len);
+        } else {
+            p_text(&p, NULL);
+            p_text(&p, NULL);
+            p_text(&p, NULL);
+        }
+        p_text(&p, op->outcome == ONCE_OUTCOME_COMPLETED ? op->provider_id : NULL);
+        p_text(&p, op->text);
+        p_int(&p, op->now);
+        break;
+    }
+    case OP_RC_FAILED:
+        name = "rc_failed";
+        p_text(&p, op->scope);
+        p_text(&p, op->key);
+        p_int(&p, op->delay_ms);
+        p_bool(&p, op->dead);
+        p_text(&p, op->text);
+        p_int(&p, op->now);
+        break;
     case OP_EV_INSERT: {
         const once_event_in *e = op->ev_in;
         name = "ev_insert";
@@ -612,6 +660,27 @@ static void op_decode(store_op *op, const PGresult *res)
     case OP_RESOLVE:
     case OP_HOLD: answer_code(op, PQgetvalue(res, 0, 0), "action"); return;
     case OP_EV_SETTLE: answer_code(op, PQgetvalue(res, 0, 0), "event"); return;
+    case OP_RC_SETTLE:
+    case OP_RC_FAILED: answer_code(op, PQgetvalue(res, 0, 0), "action"); return;
+    case OP_RC_CLAIM: {
+        once_action_list *l = op->list;
+        int n = PQntuples(res);
+        l->items = calloc(n ? (size_t)n : 1, sizeof *l->items);
+        if (!l->items) {
+            store_op_fail(op, ONCE_ENOMEM, "reconcile claim: out of memory");
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            int rc = action_decode(res, i, 0, &l->items[i]);
+            if (rc < 0) {
+                store_op_fail(op, rc, "reconcile claim: cannot read a row");
+                return;
+            }
+            l->count++;
+        }
+        op->rc = ONCE_OK;
+        return;
+    }
     case OP_EXPIRE:
     case OP_HOLD_ALL:
     case OP_SWEEP:
@@ -660,6 +729,8 @@ static void op_void(store_op *op, int code, const char *why)
         once_reservation_free(op->res);
     if (op->kind == OP_EV_CLAIM)
         once_event_list_free(op->ev_list);
+    if (op->kind == OP_RC_CLAIM)
+        once_action_list_free(op->list);
     if (op->kind == OP_EV_INSERT)
         *op->inserted = 0;
     store_op_fail(op, code, "%s", why);
@@ -1073,6 +1144,29 @@ static int pgs_hold_unknown(once_store *st, const char *scope, const char *reaso
     return pgs_bulk(st, OP_HOLD_ALL, scope, reason, now, count);
 }
 
+static int pgs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t now,
+                               once_action_list *out)
+{
+    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms, .list = out};
+    return run_write(pg(st), &op);
+}
+
+static int pgs_reconcile(once_store *st, const char *scope, const char *key, once_outcome outcome,
+                         const once_response *resp, const char *provider_id, const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_RC_SETTLE, .now = now, .scope = scope, .key = key, .outcome = outcome, .resp = resp,
+                   .provider_id = provider_id, .text = step};
+    return run_write(pg(st), &op);
+}
+
+static int pgs_reconcile_failed(once_store *st, const char *scope, const char *key, int64_t delay_ms, int hold,
+                                const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_RC_FAILED, .now = now, .scope = scope, .key = key, .delay_ms = delay_ms, .dead = hold,
+                   .text = step};
+    return run_write(pg(st), &op);
+}
+
 static int pgs_ping(once_store *st)
 {
     params p = {.n = 0};
@@ -1193,6 +1287,9 @@ static const store_vtable pg_vtable = {
     .hold = pgs_hold,
     .sweep = pgs_sweep,
     .hold_unknown = pgs_hold_unknown,
+    .reconcile_claim = pgs_reconcile_claim,
+    .reconcile = pgs_reconcile,
+    .reconcile_failed = pgs_reconcile_failed,
     .ping = pgs_ping,
     .close = pgs_close,
     .event_insert = pgs_event_insert,

@@ -15,7 +15,7 @@
 #define COLS                                                                                        \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
-    "provider_id, error, note"
+    "provider_id, error, note, lookups, trail"
 
 enum {
     C_ID,
@@ -37,7 +37,9 @@ enum {
     C_RESP_BODY,
     C_PROVIDER,
     C_ERROR,
-    C_NOTE
+    C_NOTE,
+    C_LOOKUPS,
+    C_TRAIL
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -49,7 +51,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_REARM] = "UPDATE actions SET state = 'pending', attempt = attempt + 1, token = ?2, updated_at = ?3, "
                  "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
                  "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
-                 "provider_id = NULL, error = NULL, note = NULL WHERE id = ?1",
+                 "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0 WHERE id = ?1",
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
                     "updated_at = ?8, expires_at = ?8 + retention_ms WHERE id = ?1",
@@ -67,6 +69,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = CASE WHEN ?2 IS NULL THEN error "
                     "WHEN error IS NULL THEN ?2 ELSE ?2 || ' (after: ' || error || ')' END, updated_at = ?1 "
                     "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3)",
+    [ST_RC_DUE] = "SELECT id FROM actions WHERE state = 'unknown' AND scope = ?1 AND lookup_next_at <= ?2 "
+                  "ORDER BY id LIMIT ?3",
+    [ST_RC_CLAIM] = "UPDATE actions SET lookup_next_at = ?2 WHERE id = ?1",
+    [ST_RC_SETTLE] = "UPDATE actions SET state = ?2, has_response = ?3, resp_status = ?4, resp_headers = ?5, "
+                     "resp_body = ?6, provider_id = ?7, updated_at = ?8, expires_at = ?8 + retention_ms, "
+                     "note = COALESCE(note, 'reconciled by a provider lookup'), "
+                     "trail = CASE WHEN ?9 IS NULL THEN trail WHEN trail IS NULL THEN ?9 ELSE trail || char(10) || ?9 END "
+                     "WHERE id = ?1",
+    [ST_RC_FAILED] = "UPDATE actions SET lookups = lookups + 1, lookup_next_at = ?2, updated_at = ?3, "
+                     "state = CASE WHEN ?4 THEN 'held' ELSE state END, "
+                     "error = CASE WHEN ?4 AND ?5 IS NOT NULL THEN ?5 ELSE error END, "
+                     "trail = CASE WHEN ?5 IS NULL THEN trail WHEN trail IS NULL THEN ?5 ELSE trail || char(10) || ?5 END "
+                     "WHERE id = ?1",
     [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
                 "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
     [ST_PING] = "SELECT 1",
@@ -224,6 +239,8 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->provider_id = sq_col_dup(st, C_PROVIDER, NULL, &ok);
     a->error = sq_col_dup(st, C_ERROR, NULL, &ok);
     a->note = sq_col_dup(st, C_NOTE, NULL, &ok);
+    a->lookups = sqlite3_column_int64(st, C_LOOKUPS);
+    a->trail = sq_col_dup(st, C_TRAIL, NULL, &ok);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -574,6 +591,115 @@ static void op_hold_all(sq_conn *c, store_op *op)
     }
 }
 
+/* Claims due lookups: each row's next lookup moves out by the lease, so no
+ * other claimer (node) takes it meanwhile. */
+static void op_rc_claim(sq_conn *c, store_op *op)
+{
+    once_action_list *l = op->list;
+    l->items = calloc(op->max, sizeof *l->items);
+    int64_t *ids = calloc(op->max, sizeof *ids);
+    if (!l->items || !ids) {
+        free(ids);
+        store_op_fail(op, ONCE_ENOMEM, "reconcile: out of memory");
+        return;
+    }
+    sqlite3_stmt *st = stmt(c, op, ST_RC_DUE);
+    size_t n = 0;
+    int rc = SQLITE_DONE;
+    if (st) {
+        sq_bind_text(st, 1, op->scope);
+        sqlite3_bind_int64(st, 2, op->now);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
+        while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW)
+            ids[n++] = sqlite3_column_int64(st, 0);
+        sq_done(st);
+    }
+    if (!st || (rc != SQLITE_ROW && rc != SQLITE_DONE)) {
+        if (st)
+            sq_fail_sql(op, c, rc, "reconcile claim");
+        free(ids);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!(st = stmt(c, op, ST_RC_CLAIM)))
+            goto out;
+        sqlite3_bind_int64(st, 1, ids[i]);
+        sqlite3_bind_int64(st, 2, op->now + op->lease_ms);
+        if (sq_write_step(c, op, st, "reconcile claim") < 0)
+            goto out;
+    }
+    /* Read them back through the row decoder, in id order. */
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *g = NULL;
+        if (sq_prepare(c, op, &g, "SELECT " COLS " FROM actions WHERE id = ?1") == NULL)
+            goto out;
+        sqlite3_bind_int64(g, 1, ids[i]);
+        rc = sqlite3_step(g);
+        int drc = rc == SQLITE_ROW ? row_decode(g, &l->items[l->count]) : ONCE_ESTORE;
+        sqlite3_finalize(g);
+        if (drc < 0) {
+            store_op_fail(op, drc, "reconcile claim: cannot read a row");
+            goto out;
+        }
+        l->count++;
+    }
+    op->rc = ONCE_OK;
+out:
+    free(ids);
+}
+
+static void op_rc_settle(sq_conn *c, store_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0)
+        return;
+    if (h.state != ONCE_STATE_UNKNOWN) {
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are reconciled", op->scope, op->key,
+                      once_state_name(h.state));
+        return;
+    }
+    sqlite3_stmt *st = stmt(c, op, ST_RC_SETTLE);
+    if (!st)
+        return;
+    const once_response *resp = op->outcome == ONCE_OUTCOME_COMPLETED ? op->resp : NULL;
+    sqlite3_bind_int64(st, 1, h.id);
+    sq_bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+    sqlite3_bind_int(st, 3, resp != NULL);
+    if (resp) {
+        sqlite3_bind_int(st, 4, resp->status);
+        if (resp->headers)
+            sqlite3_bind_text64(st, 5, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
+        sq_bind_blob(st, 6, resp->body, resp->body_len);
+    }
+    sq_bind_text(st, 7, op->outcome == ONCE_OUTCOME_COMPLETED ? op->provider_id : NULL);
+    sqlite3_bind_int64(st, 8, op->now);
+    sq_bind_text(st, 9, op->text);
+    if (sq_write_step(c, op, st, "reconcile") == 0)
+        op->rc = ONCE_OK;
+}
+
+static void op_rc_failed(sq_conn *c, store_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0)
+        return;
+    if (h.state != ONCE_STATE_UNKNOWN) {
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are reconciled", op->scope, op->key,
+                      once_state_name(h.state));
+        return;
+    }
+    sqlite3_stmt *st = stmt(c, op, ST_RC_FAILED);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, h.id);
+    sqlite3_bind_int64(st, 2, op->now + op->delay_ms);
+    sqlite3_bind_int64(st, 3, op->now);
+    sqlite3_bind_int(st, 4, op->dead);
+    sq_bind_text(st, 5, op->text);
+    if (sq_write_step(c, op, st, "reconcile failed") == 0)
+        op->rc = ONCE_OK;
+}
+
 static void op_get(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st;
@@ -659,6 +785,9 @@ void sq_op_run(sq_conn *c, store_op *op)
     case OP_EXPIRE: op_bulk(c, op, ST_EXPIRE, "expire leases"); break;
     case OP_SWEEP: op_bulk(c, op, ST_SWEEP, "sweep"); break;
     case OP_HOLD_ALL: op_hold_all(c, op); break;
+    case OP_RC_CLAIM: op_rc_claim(c, op); break;
+    case OP_RC_SETTLE: op_rc_settle(c, op); break;
+    case OP_RC_FAILED: op_rc_failed(c, op); break;
     case OP_GET: op_get(c, op); break;
     case OP_LIST: op_list(c, op); break;
     case OP_PING: op_ping(c, op); break;

@@ -20,6 +20,10 @@ enum sq_stmt {
     ST_EXPIRE,
     ST_SWEEP,
     ST_HOLD_ALL,
+    ST_RC_DUE,
+    ST_RC_CLAIM,
+    ST_RC_SETTLE,
+    ST_RC_FAILED,
     ST_LIST,
     ST_PING,
     ST_COUNT

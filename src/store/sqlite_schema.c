@@ -66,6 +66,12 @@ static const char *const migrations[] = {
     ");"
     "CREATE INDEX events_due ON events (source, next_at) WHERE state = 'pending';"
     "CREATE INDEX events_expiry ON events (expires_at) WHERE state IN ('delivered','dead');",
+    /* 3: reconciliation — lookups tried, when the next is due, and the
+     * trail of what each one found. */
+    "ALTER TABLE actions ADD COLUMN lookups INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE actions ADD COLUMN lookup_next_at INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE actions ADD COLUMN trail TEXT;"
+    "CREATE INDEX actions_unknown ON actions (scope, lookup_next_at) WHERE state = 'unknown';",
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -82,6 +82,8 @@ static void batch_void(store_op **ops, size_t n, int code, const char *why, cons
                 once_reservation_free(ops[i]->res);
             if (ops[i]->kind == OP_EV_CLAIM)
                 once_event_list_free(ops[i]->ev_list);
+            if (ops[i]->kind == OP_RC_CLAIM)
+                once_action_list_free(ops[i]->list);
             store_op_fail(ops[i], code, "%s: %s", why, msg);
         }
     }
@@ -111,6 +113,8 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
                     once_reservation_free(ops[j]->res);
                 if (ops[j]->kind == OP_EV_CLAIM)
                     once_event_list_free(ops[j]->ev_list);
+                if (ops[j]->kind == OP_RC_CLAIM)
+                    once_action_list_free(ops[j]->list);
                 store_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
             }
             return;
@@ -412,6 +416,31 @@ static int sqs_ping(once_store *st)
     return run_read(sq(st), &op);
 }
 
+/* ---- reconciliation -------------------------------------------------------- */
+
+static int sqs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t now,
+                               once_action_list *out)
+{
+    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms, .list = out};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_reconcile(once_store *st, const char *scope, const char *key, once_outcome outcome,
+                         const once_response *resp, const char *provider_id, const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_RC_SETTLE, .now = now, .scope = scope, .key = key, .outcome = outcome, .resp = resp,
+                   .provider_id = provider_id, .text = step};
+    return run_write(sq(st), &op);
+}
+
+static int sqs_reconcile_failed(once_store *st, const char *scope, const char *key, int64_t delay_ms, int hold,
+                                const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_RC_FAILED, .now = now, .scope = scope, .key = key, .delay_ms = delay_ms, .dead = hold,
+                   .text = step};
+    return run_write(sq(st), &op);
+}
+
 /* ---- webhook events ---------------------------------------------------- */
 
 static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now, int *inserted, once_cb cb,
@@ -505,6 +534,9 @@ static const store_vtable sqlite_vtable = {
     .hold = sqs_hold,
     .sweep = sqs_sweep,
     .hold_unknown = sqs_hold_unknown,
+    .reconcile_claim = sqs_reconcile_claim,
+    .reconcile = sqs_reconcile,
+    .reconcile_failed = sqs_reconcile_failed,
     .event_insert = sqs_event_insert,
     .event_claim = sqs_event_claim,
     .event_settle = sqs_event_settle,
