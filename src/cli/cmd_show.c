@@ -98,6 +98,19 @@ static int show_print_action(const once_action *a)
         rc = show_print_text("error", a->error);
     if (rc == ONCE_OK)
         rc = show_print_text("note", a->note);
+    if (rc == ONCE_OK && a->lookups)
+        printf("lookups: %lld\n", (long long)a->lookups);
+    /* The reconciliation trail, one step per line, as the operator needs it
+     * to decide on a held action. */
+    for (const char *p = a->trail; rc == ONCE_OK && p && *p;) {
+        size_t len = strcspn(p, "\n");
+        char *line = cli_escape_dup(p, len, 0);
+        printf("trail: %s\n", line ? line : "?");
+        free(line);
+        p += len;
+        if (*p == '\n')
+            p++;
+    }
     if (rc == ONCE_OK)
         rc = show_print_response(a);
     return rc;

@@ -262,6 +262,24 @@ int action_json_from(const once_action *a, json_t **out)
         rc = json_put(obj, "error", json_new_text(a->error));
     if (rc == ONCE_OK)
         rc = json_put(obj, "note", json_new_text(a->note));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "lookups", json_integer(a->lookups));
+    if (rc == ONCE_OK) {
+        /* The trail is stored as lines; an array reads better. */
+        json_t *trail = json_array();
+        for (const char *p = a->trail; trail && p && *p;) {
+            size_t len = strcspn(p, "\n");
+            json_t *line = json_new_lossy(p, len);
+            if (!line || json_array_append_new(trail, line) < 0) {
+                json_decref(trail);
+                trail = NULL;
+            }
+            p += len;
+            if (*p == '\n')
+                p++;
+        }
+        rc = json_put(obj, "trail", trail);
+    }
     if (rc == ONCE_OK) {
         json_t *resp = json_new_response(a, &rc);
         if (rc == ONCE_OK)

@@ -33,6 +33,23 @@ typedef struct upstream_cfg {
     char *listen;          /* optional own listen address */
     size_t max_response;   /* max_response = 16MiB */
     int line;              /* line of the section header, for messages */
+
+    /* Intent-derived keys (docs/keys.md). */
+    struct key_template *key;   /* key = TEMPLATE; NULL when unset */
+    int key_from_template;      /* key_source = template: the template even when a key is sent;
+                                   key_source = header (default): the client's key when it sends one */
+
+    /* Reconciliation: ask the provider whether an unknown action happened. */
+    char *lookup_method;        /* lookup = METHOD PATH: GET, HEAD or POST; NULL = no lookup */
+    char *lookup_path;          /* the PATH part: {key} {scope} {json:/ptr} {header:Name} filled in */
+    char *lookup_found;         /* lookup_found = json:/pointer: present (string or integer) -> found,
+                                   its value is the provider id; or "status:200" style */
+    int *lookup_absent_status;  /* lookup_absent = 404 | json-empty:/data ('|'-separated) */
+    size_t nlookup_absent_status;
+    char **lookup_absent_empty; /* json-empty:/ptr: an empty array/object/string/null or absent -> absent */
+    size_t nlookup_absent_empty;
+    int64_t lookup_backoff_ms;  /* lookup_backoff = 10s, doubling per failed lookup */
+    int lookup_attempts;        /* lookup_attempts = 5: then held with the reason */
 } upstream_cfg;
 
 /* [source.NAME]: a webhook sender (see docs/config.md). */
