@@ -307,7 +307,41 @@ int once_hold_unknown(once_store *store, const char *scope, const char *reason, 
     if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
     size_t n = 0;
-    rc = store->vt->hold_unknown(store, scope, reason, once_now_ms(), &n);
+    rc = store->vt->hold_unknown(store, scope, NULL, reason, once_now_ms(), &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
+}
+
+int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
+                             size_t *count)
+{
+    once_detail_clear();
+    if (count)
+        *count = 0;
+    if (!store || (nexcept && !except))
+        return once_fail(ONCE_EINVAL, "hold_unknown_except: store and except are required");
+    int rc;
+    if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    /* Scopes never hold a ',', so a joined list is unambiguous. */
+    size_t len = 1;
+    for (size_t i = 0; i < nexcept; i++) {
+        if ((rc = once_scope_validate(except[i])) < 0)
+            return rc;
+        len += strlen(except[i]) + 1;
+    }
+    char *joined = calloc(1, len);
+    if (!joined)
+        return once_fail(ONCE_ENOMEM, "hold_unknown_except: out of memory");
+    for (size_t i = 0; i < nexcept; i++) {
+        if (i)
+            strcat(joined, ",");
+        strcat(joined, except[i]);
+    }
+    size_t n = 0;
+    rc = store->vt->hold_unknown(store, NULL, nexcept ? joined : NULL, reason, once_now_ms(), &n);
+    free(joined);
     if (rc == ONCE_OK && count)
         *count = n;
     return rc;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "json/action_json.h"
+#include "ledger/key_template.h"
 #include "server/pct.h"
 #include "server/server.h"
 
@@ -201,10 +202,57 @@ static void on_reserved(void *ctx, int rc, const char *detail)
         reserve_answer(a);
 }
 
+/* {"key_template": T, "request": {...}} instead of "key": the same rules as
+ * an upstream's key template, over the request object (json: fields only,
+ * as there are no headers, query or path here). 0, or answered and -1. */
+static int key_from_template(act *a)
+{
+    req *r = a->r;
+    const char *scope, *text;
+    if (member_str(a, "scope", 1, &scope) < 0 || member_str(a, "key_template", 1, &text) < 0)
+        return -1;
+    int rc = once_scope_validate(scope);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return -1;
+    }
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    key_template *t = NULL;
+    char err[256] = "";
+    if (key_template_parse(text, &t, err, sizeof err) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "key_template: %s", err);
+        return -1;
+    }
+    if (key_template_json_only(t, err, sizeof err) < 0) {
+        key_template_free(t);
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL,
+                    "key_template: only {json:...} fields exist in the actions API, not %s", err);
+        return -1;
+    }
+    key_source src = {.json = json_object_get(a->body, "request")};
+    rc = key_template_eval(t, &src, a->key, sizeof a->key, err, sizeof err);
+    key_template_free(t);
+    if (rc == -1) {
+        req_problem(r, 400, "key_field_missing", "Key field missing", json_pack("{s:s}", "field", err),
+                    "the key template needs %s, which 'request' does not have", err);
+        return -1;
+    }
+    if (rc < 0 || once_key_validate(a->key) < 0) {
+        req_problem(r, 400, "invalid_key", "Invalid key", NULL, "the key template gave no usable key: %s",
+                    err[0] ? err : once_errdetail());
+        return -1;
+    }
+    req_note_key(r, a->scope, a->key);
+    return 0;
+}
+
 static void actions_reserve(req *r)
 {
     act *a = act_new(r);
-    if (!a || body_parse(a) < 0 || member_name(a, 0) < 0)
+    if (!a || body_parse(a) < 0)
+        return;
+    int templated = json_object_get(a->body, "key_template") && !json_object_get(a->body, "key");
+    if (templated ? key_from_template(a) < 0 : member_name(a, 0) < 0)
         return;
     const char *fp;
     if (member_str(a, "fingerprint", 0, &fp) < 0)

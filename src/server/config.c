@@ -51,6 +51,7 @@
 
 #include <ini.h>
 
+#include "ledger/key_template.h"
 #include "ledger/webhook_sig.h" /* the sig_scheme values only: nothing here links against it */
 #include "once/once.h"
 
@@ -65,6 +66,11 @@
 #define CONFIG_DEFAULT_LOOP_MS 1000
 #define CONFIG_DEFAULT_TIMEOUT_MS 60000
 #define CONFIG_DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
+/* Reconciliation (lookup = ...) defaults and limits. */
+#define CONFIG_LOOKUP_BACKOFF_MS 10000
+#define CONFIG_LOOKUP_ATTEMPTS 5
+#define CONFIG_LOOKUP_ATTEMPTS_MAX 100
+#define CONFIG_LOOKUP_ABSENT_STATUS 404
 /* An upstream's default lease outlives its timeout by this much, so a
  * reservation cannot expire while its request may still be in flight. */
 #define CONFIG_LEASE_MARGIN_MS 5000
@@ -102,13 +108,14 @@ enum config_section_kind {
 /* Keys per table, bounded so a section's seen keys fit one 64-bit mask. */
 #define CONFIG_MAX_KEYS 64
 
-/* What the loader remembers of a [source.NAME] while reading it: which keys
- * it set and on which line, for the checks made after the file (they depend
- * on verify, which may come last) to name the line they are about. */
-typedef struct config_src_state {
+/* What the loader remembers of an [upstream.NAME] or a [source.NAME] while
+ * reading it: which keys it set and on which line, for the checks made after
+ * the file (they depend on keys that may come later, such as a source's
+ * verify or an upstream's lookup) to name the line they are about. */
+typedef struct config_sec_state {
     uint64_t seen;
     int line[CONFIG_MAX_KEYS]; /* by index in config_keys */
-} config_src_state;
+} config_sec_state;
 
 typedef struct config_ctx config_ctx;
 typedef int (*config_setter)(config_ctx *c, const char *v);
@@ -133,8 +140,8 @@ struct config_ctx {
     size_t upcap;
     size_t srccap;
     uint64_t server_seen; /* bits of config_keys seen in [server] */
-    uint64_t *up_seen;    /* the same per upstream (parallel to cfg->upstreams) */
-    config_src_state *src; /* per source (parallel to cfg->sources) */
+    config_sec_state *up;  /* per upstream (parallel to cfg->upstreams) */
+    config_sec_state *src; /* per source (parallel to cfg->sources) */
     int server_line;
     const char *key;      /* the key being set, for messages */
     const char *raw;      /* its value as written, for messages */
@@ -1068,6 +1075,288 @@ static int config_set_up_max_response(config_ctx *c, const char *v)
     return config_want_size(c, v, &config_cur(c)->max_response);
 }
 
+/* Whether p[0..n) is an RFC 6901 JSON pointer: empty (the whole document),
+ * or '/' then tokens in which '~' is only ever "~0" or "~1"; no control
+ * characters. */
+static int config_is_pointer(const char *p, size_t n)
+{
+    if (n > 0 && p[0] != '/')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return 0;
+        if (ch == '~' && (i + 1 >= n || (p[i + 1] != '0' && p[i + 1] != '1')))
+            return 0;
+    }
+    return 1;
+}
+
+/* key = TEMPLATE: parsed now, so a mistake is reported at its line (and the
+ * parser's column) rather than on the first request. */
+static int config_set_up_key(config_ctx *c, const char *v)
+{
+    char why[CONFIG_MSG_MAX / 2];
+    char q[CONFIG_MSG_MAX / 2];
+    key_template *t = NULL;
+    if (v[0] == '\0')
+        return config_fail(c, "%s: empty (leave the key out to use only the client's key)",
+                           c->key);
+    why[0] = '\0';
+    if (key_template_parse(v, &t, why, sizeof why) != 0) {
+        if (t != NULL)
+            key_template_free(t);
+        return config_fail(c, "%s: %s", c->key,
+                           why[0] != '\0' ? config_quote(why, q, sizeof q) : "not a valid template");
+    }
+    if (t == NULL)
+        return config_fail_oom(c);
+    upstream_cfg *u = config_cur(c);
+    if (u->key != NULL)
+        key_template_free(u->key);
+    u->key = t;
+    return 0;
+}
+
+static int config_set_up_key_source(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strcmp(v, "header") == 0)
+        config_cur(c)->key_from_template = 0;
+    else if (strcmp(v, "template") == 0)
+        config_cur(c)->key_from_template = 1;
+    else
+        return config_fail(c, "%s: '%s' is not header or template", c->key,
+                           config_raw(c, q, sizeof q));
+    return 0;
+}
+
+/* Checks the {...} placeholder of a lookup path: name[0..n) is what is
+ * between the braces, col the column of its '{'. */
+static int config_lookup_placeholder(config_ctx *c, const char *name, size_t n, size_t col)
+{
+    char shown[CONFIG_QUOTE_MAX];
+    char q[CONFIG_QUOTE_MAX];
+    if ((n == 3 && memcmp(name, "key", 3) == 0) || (n == 5 && memcmp(name, "scope", 5) == 0))
+        return 0;
+    if (n >= 5 && memcmp(name, "json:", 5) == 0) {
+        if (config_is_pointer(name + 5, n - 5))
+            return 0;
+        return config_fail(c,
+                           "%s: column %zu: not a JSON pointer after json: (nothing, or /a/b "
+                           "with ~0 for '~' and ~1 for '/')",
+                           c->key, col);
+    }
+    if (n >= 7 && memcmp(name, "header:", 7) == 0) {
+        if (config_is_token(name + 7, n - 7))
+            return 0;
+        return config_fail(c, "%s: column %zu: not a valid header name after header:", c->key,
+                           col);
+    }
+    size_t sl = n < sizeof shown - 1 ? n : sizeof shown - 1;
+    memcpy(shown, name, sl);
+    shown[sl] = '\0';
+    return config_fail(c,
+                       "%s: column %zu: unknown placeholder '{%s}' (expected {key}, {scope}, "
+                       "{json:/POINTER} or {header:NAME})",
+                       c->key, col, config_quote(shown, q, sizeof q));
+}
+
+/* lookup = METHOD PATH: GET, HEAD or POST, then a path (and query) that is
+ * appended to the upstream's url, with {key}, {scope}, {json:/POINTER} and
+ * {header:NAME} filled in from the original request. Columns count from the
+ * first character of the value. */
+static int config_set_up_lookup(config_ctx *c, const char *v)
+{
+    static const char *const methods[] = {"GET", "HEAD", "POST"};
+    char q[CONFIG_QUOTE_MAX];
+    char shown[CONFIG_QUOTE_MAX];
+    size_t ml = strcspn(v, " \t");
+    const char *p = v + ml;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (ml == 0 || *p == '\0')
+        return config_fail(c, "%s: '%s' is not METHOD PATH (GET /v1/things?ref={key})", c->key,
+                           config_raw(c, q, sizeof q));
+    size_t m;
+    for (m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        if (strlen(methods[m]) == ml && memcmp(v, methods[m], ml) == 0)
+            break;
+    }
+    if (m == sizeof methods / sizeof methods[0]) {
+        size_t sl = ml < sizeof shown - 1 ? ml : sizeof shown - 1;
+        memcpy(shown, v, sl);
+        shown[sl] = '\0';
+        return config_fail(c, "%s: column 1: '%s' is not GET, HEAD or POST (upper case)", c->key,
+                           config_quote(shown, q, sizeof q));
+    }
+    size_t base = (size_t)(p - v) + 1; /* the column of the path's first character */
+    if (*p != '/')
+        return config_fail(c, "%s: column %zu: the path must start with '/'", c->key, base);
+    for (size_t i = 0; p[i] != '\0'; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '{') {
+            size_t j = i + 1;
+            while (p[j] != '\0' && p[j] != '}' && p[j] != '{')
+                j++;
+            if (p[j] == '{')
+                return config_fail(c, "%s: column %zu: '{' inside a placeholder", c->key,
+                                   base + j);
+            if (p[j] != '}')
+                return config_fail(c, "%s: column %zu: '{' is not closed by '}'", c->key,
+                                   base + i);
+            if (config_lookup_placeholder(c, p + i + 1, j - i - 1, base + i) != 0)
+                return -1;
+            i = j;
+        } else if (ch == '}') {
+            return config_fail(c, "%s: column %zu: '}' without '{'", c->key, base + i);
+        } else if (ch <= 0x20 || ch >= 0x7f || ch == '#') {
+            return config_fail(c,
+                               "%s: column %zu: spaces, control characters, non-ASCII and '#' "
+                               "are not allowed in the path (percent-encode them)",
+                               c->key, base + i);
+        }
+    }
+    upstream_cfg *u = config_cur(c);
+    if (config_set_str(&u->lookup_method, methods[m]) != 0 ||
+        config_set_str(&u->lookup_path, p) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* lookup_found = json:/POINTER: where, in the lookup's answer, the
+ * provider's id of the action is. Kept as written, prefix included. */
+static int config_set_up_lookup_found(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strncmp(v, "json:", 5) != 0 || !config_is_pointer(v + 5, strlen(v + 5)))
+        return config_fail(c,
+                           "%s: '%s' is not json:/POINTER (json: then nothing or /a/b, with ~0 "
+                           "for '~' and ~1 for '/')",
+                           c->key, config_raw(c, q, sizeof q));
+    if (config_set_str(&config_cur(c)->lookup_found, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* lookup_absent = 404 | json-empty:/data: '|'-separated statuses (100-599)
+ * and json-empty:POINTER items, each once. The pointers are stored without
+ * their "json-empty:" prefix. */
+static int config_set_up_lookup_absent(config_ctx *c, const char *v)
+{
+    static const char empty_pfx[] = "json-empty:";
+    const size_t epl = sizeof empty_pfx - 1;
+    char q[CONFIG_QUOTE_MAX];
+    char shown[CONFIG_QUOTE_MAX];
+    upstream_cfg *u = config_cur(c);
+    int *st = NULL;
+    size_t nst = 0;
+    char **ptrs = NULL;
+    size_t nptrs = 0;
+    size_t nth = 0;
+    int rc = -1;
+    for (const char *p = v;;) {
+        const char *bar = strchr(p, '|');
+        const char *e = bar != NULL ? bar : p + strlen(p);
+        const char *b = p;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        size_t len = (size_t)(e - b);
+        nth++;
+        size_t sl = len < sizeof shown - 1 ? len : sizeof shown - 1;
+        memcpy(shown, b, sl);
+        shown[sl] = '\0';
+        uint64_t code;
+        const char *after = len > 0 ? config_parse_digits(b, 999, &code) : NULL;
+        if (len == 0) {
+            config_fail(c, "%s: item %zu is empty (write 404 | json-empty:/data)", c->key, nth);
+            goto out;
+        } else if (after == e) {
+            if (code < 100 || code > 599) {
+                config_fail(c, "%s: %d is not an HTTP status (100-599)", c->key, (int)code);
+                goto out;
+            }
+            for (size_t k = 0; k < nst; k++) {
+                if (st[k] == (int)code) {
+                    config_fail(c, "%s: %d is listed twice", c->key, (int)code);
+                    goto out;
+                }
+            }
+            int *grown = realloc(st, (nst + 1) * sizeof *st);
+            if (grown == NULL) {
+                config_fail_oom(c);
+                goto out;
+            }
+            st = grown;
+            st[nst++] = (int)code;
+        } else if (len >= epl && memcmp(b, empty_pfx, epl) == 0) {
+            if (!config_is_pointer(b + epl, len - epl)) {
+                config_fail(c,
+                            "%s: '%s' is not json-empty: then a JSON pointer (nothing or /a/b, "
+                            "with ~0 for '~' and ~1 for '/')",
+                            c->key, config_quote(shown, q, sizeof q));
+                goto out;
+            }
+            for (size_t k = 0; k < nptrs; k++) {
+                if (strlen(ptrs[k]) == len - epl && memcmp(ptrs[k], b + epl, len - epl) == 0) {
+                    config_fail(c, "%s: '%s' is listed twice", c->key,
+                                config_quote(shown, q, sizeof q));
+                    goto out;
+                }
+            }
+            if (config_push_str(&ptrs, &nptrs, b + epl, len - epl) != 0) {
+                config_fail_oom(c);
+                goto out;
+            }
+        } else {
+            config_fail(c,
+                        "%s: '%s' is not an HTTP status (100-599) or json-empty:/POINTER "
+                        "(items separated by '|')",
+                        c->key, config_quote(shown, q, sizeof q));
+            goto out;
+        }
+        if (bar == NULL)
+            break;
+        p = bar + 1;
+    }
+    free(u->lookup_absent_status);
+    for (size_t k = 0; k < u->nlookup_absent_empty; k++)
+        free(u->lookup_absent_empty[k]);
+    free(u->lookup_absent_empty);
+    u->lookup_absent_status = st;
+    u->nlookup_absent_status = nst;
+    u->lookup_absent_empty = ptrs;
+    u->nlookup_absent_empty = nptrs;
+    st = NULL;
+    ptrs = NULL;
+    nptrs = 0;
+    rc = 0;
+out:
+    free(st);
+    for (size_t k = 0; k < nptrs; k++)
+        free(ptrs[k]);
+    free(ptrs);
+    return rc;
+}
+
+static int config_set_up_lookup_backoff(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &config_cur(c)->lookup_backoff_ms);
+}
+
+static int config_set_up_lookup_attempts(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    uint64_t n;
+    if (config_parse_uint(v, 1, CONFIG_LOOKUP_ATTEMPTS_MAX, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a number from 1 to %d", c->key,
+                           config_raw(c, q, sizeof q), CONFIG_LOOKUP_ATTEMPTS_MAX);
+    config_cur(c)->lookup_attempts = (int)n;
+    return 0;
+}
+
 /* ---- setters: [source.NAME] ------------------------------------------------------- */
 
 static source_cfg *config_cur_src(config_ctx *c)
@@ -1256,11 +1545,7 @@ static int config_set_src_event_id(config_ctx *c, const char *v)
 {
     char q[CONFIG_QUOTE_MAX];
     if (strncmp(v, "json:", 5) == 0) {
-        const char *ptr = v + 5;
-        int ok = (ptr[0] == '\0' || ptr[0] == '/') && !config_has_ctl(ptr, 0);
-        for (const char *p = ptr; ok && *p != '\0'; p++)
-            ok = *p != '~' || p[1] == '0' || p[1] == '1';
-        if (!ok)
+        if (!config_is_pointer(v + 5, strlen(v + 5)))
             return config_fail(c,
                                "%s: '%s' is not a JSON pointer (json: then nothing or /a/b, "
                                "with ~0 for '~' and ~1 for '/')",
@@ -1403,6 +1688,13 @@ static const config_key config_keys[] = {
     {CONFIG_SEC_UPSTREAM, "forward_key_as", config_set_up_forward_key_as, 0},
     {CONFIG_SEC_UPSTREAM, "listen", config_set_up_listen, 0},
     {CONFIG_SEC_UPSTREAM, "max_response", config_set_up_max_response, 0},
+    {CONFIG_SEC_UPSTREAM, "key", config_set_up_key, 0},
+    {CONFIG_SEC_UPSTREAM, "key_source", config_set_up_key_source, 0},
+    {CONFIG_SEC_UPSTREAM, "lookup", config_set_up_lookup, 0},
+    {CONFIG_SEC_UPSTREAM, "lookup_found", config_set_up_lookup_found, 0},
+    {CONFIG_SEC_UPSTREAM, "lookup_absent", config_set_up_lookup_absent, 0},
+    {CONFIG_SEC_UPSTREAM, "lookup_backoff", config_set_up_lookup_backoff, 0},
+    {CONFIG_SEC_UPSTREAM, "lookup_attempts", config_set_up_lookup_attempts, 0},
     {CONFIG_SEC_SOURCE, "verify", config_set_src_verify, 0},
     {CONFIG_SEC_SOURCE, "secret", config_set_src_secret, 0},
     {CONFIG_SEC_SOURCE, "secret_file", config_set_src_secret_file, 0},
@@ -1435,14 +1727,27 @@ static uint64_t config_key_bit(int kind, const char *name)
     return 0;
 }
 
+/* The line where a section of the given kind (its state st) set the key
+ * name, or 0 when it did not. For a key that may repeat, the last line. */
+static int config_key_line(const config_sec_state *st, int kind, const char *name)
+{
+    for (size_t k = 0; k < CONFIG_NKEYS; k++) {
+        if (config_keys[k].kind == kind && strcmp(config_keys[k].name, name) == 0)
+            return (st->seen & ((uint64_t)1 << k)) != 0 ? st->line[k] : 0;
+    }
+    return 0;
+}
+
 /* The line where source i set the key name, or 0 when it did not. */
 static int config_src_line(const config_ctx *c, size_t i, const char *name)
 {
-    for (size_t k = 0; k < CONFIG_NKEYS; k++) {
-        if (config_keys[k].kind == CONFIG_SEC_SOURCE && strcmp(config_keys[k].name, name) == 0)
-            return (c->src[i].seen & ((uint64_t)1 << k)) != 0 ? c->src[i].line[k] : 0;
-    }
-    return 0;
+    return config_key_line(&c->src[i], CONFIG_SEC_SOURCE, name);
+}
+
+/* The line where upstream i set the key name, or 0 when it did not. */
+static int config_up_line(const config_ctx *c, size_t i, const char *name)
+{
+    return config_key_line(&c->up[i], CONFIG_SEC_UPSTREAM, name);
 }
 
 /* ---- sections ------------------------------------------------------------------------ */
@@ -1464,16 +1769,16 @@ static int config_open_upstream(config_ctx *c, const char *name)
     }
     if (cfg->nupstreams == c->upcap) {
         size_t want = c->upcap == 0 ? 4 : c->upcap * 2;
-        if (want > SIZE_MAX / sizeof *cfg->upstreams)
+        if (want > SIZE_MAX / sizeof *c->up || want > SIZE_MAX / sizeof *cfg->upstreams)
             return config_fail_oom(c);
         upstream_cfg *grown = realloc(cfg->upstreams, want * sizeof *grown);
         if (grown == NULL)
             return config_fail_oom(c);
         cfg->upstreams = grown;
-        uint64_t *seen = realloc(c->up_seen, want * sizeof *seen);
-        if (seen == NULL)
+        config_sec_state *st = realloc(c->up, want * sizeof *st);
+        if (st == NULL)
             return config_fail_oom(c);
-        c->up_seen = seen;
+        c->up = st;
         c->upcap = want;
     }
     upstream_cfg *u = &cfg->upstreams[cfg->nupstreams];
@@ -1488,8 +1793,11 @@ static int config_open_upstream(config_ctx *c, const char *name)
     u->key_safe_methods = 0;
     u->on_mismatch = MISMATCH_REPLAY;
     u->max_response = CONFIG_DEFAULT_MAX_RESPONSE;
+    u->key_from_template = 0;
+    u->lookup_backoff_ms = CONFIG_LOOKUP_BACKOFF_MS;
+    u->lookup_attempts = CONFIG_LOOKUP_ATTEMPTS;
     u->line = c->lineno;
-    c->up_seen[cfg->nupstreams] = 0;
+    memset(&c->up[cfg->nupstreams], 0, sizeof c->up[cfg->nupstreams]);
     c->cur = cfg->nupstreams++;
     c->kind = CONFIG_SEC_UPSTREAM;
     return 0;
@@ -1517,7 +1825,7 @@ static int config_open_source(config_ctx *c, const char *name)
         if (grown == NULL)
             return config_fail_oom(c);
         cfg->sources = grown;
-        config_src_state *st = realloc(c->src, want * sizeof *st);
+        config_sec_state *st = realloc(c->src, want * sizeof *st);
         if (st == NULL)
             return config_fail_oom(c);
         c->src = st;
@@ -1699,7 +2007,7 @@ static int config_on_pair(void *user, const char *section, const char *name, con
     }
     uint64_t bit = (uint64_t)1 << i;
     uint64_t *seen = c->kind == CONFIG_SEC_SERVER     ? &c->server_seen
-                     : c->kind == CONFIG_SEC_UPSTREAM ? &c->up_seen[c->cur]
+                     : c->kind == CONFIG_SEC_UPSTREAM ? &c->up[c->cur].seen
                                                       : &c->src[c->cur].seen;
     if ((*seen & bit) != 0 && !config_keys[i].repeat) {
         config_fail(c, "duplicate key '%s'", name);
@@ -1708,6 +2016,8 @@ static int config_on_pair(void *user, const char *section, const char *name, con
     *seen |= bit;
     if (c->kind == CONFIG_SEC_SOURCE)
         c->src[c->cur].line[i] = c->lineno;
+    else if (c->kind == CONFIG_SEC_UPSTREAM)
+        c->up[c->cur].line[i] = c->lineno;
     c->key = config_keys[i].name;
     c->raw = value;
     char *v = config_expand(c, value);
@@ -1888,6 +2198,50 @@ static int config_finish_source(config_ctx *c, size_t i)
     return 0;
 }
 
+/* An upstream's intent-key and reconciliation checks, which involve
+ * several keys, and lookup_absent's default. Each error names the line of
+ * the key it is about. */
+static int config_finish_upstream_keys(config_ctx *c, size_t i)
+{
+    static const char *const lookup_only[] = {"lookup_found", "lookup_absent", "lookup_backoff",
+                                              "lookup_attempts"};
+    upstream_cfg *u = &c->cfg->upstreams[i];
+    if (u->key_from_template && u->key == NULL)
+        return config_fail_at(c, config_up_line(c, i, "key_source"),
+                              "key_source: template needs key = TEMPLATE in [upstream.%s]",
+                              u->name);
+    if (u->lookup_method == NULL) {
+        /* The first of them in the file, since that is what is read first. */
+        const char *first = NULL;
+        int first_line = 0;
+        for (size_t k = 0; k < sizeof lookup_only / sizeof lookup_only[0]; k++) {
+            int line = config_up_line(c, i, lookup_only[k]);
+            if (line > 0 && (first_line == 0 || line < first_line)) {
+                first = lookup_only[k];
+                first_line = line;
+            }
+        }
+        if (first != NULL)
+            return config_fail_at(c, first_line,
+                                  "%s: does nothing without lookup = METHOD PATH in "
+                                  "[upstream.%s]",
+                                  first, u->name);
+        return 0;
+    }
+    if (u->lookup_found == NULL)
+        return config_fail_at(c, config_up_line(c, i, "lookup"),
+                              "lookup: needs lookup_found = json:/POINTER (where the answer "
+                              "holds the provider's id when the action happened)");
+    if (u->nlookup_absent_status == 0 && u->nlookup_absent_empty == 0) {
+        u->lookup_absent_status = malloc(sizeof *u->lookup_absent_status);
+        if (u->lookup_absent_status == NULL)
+            return config_fail_oom(c);
+        u->lookup_absent_status[0] = CONFIG_LOOKUP_ABSENT_STATUS;
+        u->nlookup_absent_status = 1;
+    }
+    return 0;
+}
+
 /* Fills the defaults that depend on other keys and checks what involves
  * more than one key, once the whole file and the environment are in. */
 static int config_finish(config_ctx *c)
@@ -1915,14 +2269,16 @@ static int config_finish(config_ctx *c)
                                 : u->timeout_ms + CONFIG_LEASE_MARGIN_MS;
             u->lease_ms = cfg->lease_ms > floor ? cfg->lease_ms : floor;
         }
-        if ((c->up_seen[i] & bit_release) == 0) {
+        if (config_finish_upstream_keys(c, i) != 0)
+            return -1;
+        if ((c->up[i].seen & bit_release) == 0) {
             u->release_on = malloc(sizeof def_release);
             if (u->release_on == NULL)
                 return config_fail_oom(c);
             memcpy(u->release_on, def_release, sizeof def_release);
             u->nrelease_on = sizeof def_release / sizeof def_release[0];
         }
-        if ((c->up_seen[i] & bit_unknown) == 0) {
+        if ((c->up[i].seen & bit_unknown) == 0) {
             u->unknown_on = malloc(sizeof def_unknown);
             if (u->unknown_on == NULL)
                 return config_fail_oom(c);
@@ -2013,7 +2369,7 @@ static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char
         config_finish(&c);
 
     free(c.linebuf);
-    free(c.up_seen);
+    free(c.up);
     free(c.src);
     free(c.dir);
     if (c.failed) {
@@ -2078,6 +2434,15 @@ void config_free(once_config *cfg)
         free(u->unknown_on);
         free(u->forward_key_as);
         free(u->listen);
+        if (u->key != NULL)
+            key_template_free(u->key);
+        free(u->lookup_method);
+        free(u->lookup_path);
+        free(u->lookup_found);
+        free(u->lookup_absent_status);
+        for (size_t j = 0; j < u->nlookup_absent_empty; j++)
+            free(u->lookup_absent_empty[j]);
+        free(u->lookup_absent_empty);
     }
     free(cfg->upstreams);
     for (size_t i = 0; i < cfg->nsources; i++) {

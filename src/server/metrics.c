@@ -37,7 +37,11 @@ typedef struct scope_stats {
     histogram upstream;
     unsigned long long webhooks[MW_COUNT];
     unsigned long long deliveries[MD_COUNT];
+    unsigned long long reconciles[MR_COUNT];
+    unsigned long long tokens_saved;
 } scope_stats;
+
+static const char *const reconcile_names[MR_COUNT] = {"found", "absent", "error", "held"};
 
 static const char *const webhook_names[MW_COUNT] = {"accepted", "duplicate", "bad_signature", "no_event_id"};
 static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "dead"};
@@ -159,6 +163,24 @@ void metrics_delivery(metrics *m, const char *source, metric_delivery d)
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_reconcile(metrics *m, const char *scope, metric_reconcile r)
+{
+    if (!m || r >= MR_COUNT)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, scope)->reconciles[r]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_tokens_saved(metrics *m, const char *scope, long long tokens)
+{
+    if (!m || tokens <= 0)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, scope)->tokens_saved += (unsigned long long)tokens;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_webhook_ack(metrics *m, double seconds)
 {
     pthread_mutex_lock(&m->mu);
@@ -250,6 +272,24 @@ int metrics_render(metrics *m, buf *b)
         for (int d = 0; any && d < MD_COUNT; d++)
             rc |= out(b, "once_deliveries_total{source=\"%s\",result=\"%s\"} %llu\n", s->name, delivery_names[d],
                       s->deliveries[d]);
+    }
+    rc |= out(b, "# HELP once_reconcile_total Provider lookups of unknown actions by scope and result.\n"
+                 "# TYPE once_reconcile_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        unsigned long long any = 0;
+        for (int r = 0; r < MR_COUNT; r++)
+            any += s->reconciles[r];
+        for (int r = 0; any && r < MR_COUNT; r++)
+            rc |= out(b, "once_reconcile_total{scope=\"%s\",result=\"%s\"} %llu\n", s->name, reconcile_names[r],
+                      s->reconciles[r]);
+    }
+    rc |= out(b, "# HELP once_llm_tokens_saved_total Tokens of LLM answers replayed instead of generated again.\n"
+                 "# TYPE once_llm_tokens_saved_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < m->nscopes ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        if (s->tokens_saved)
+            rc |= out(b, "once_llm_tokens_saved_total{scope=\"%s\"} %llu\n", s->name, s->tokens_saved);
     }
     rc |= out(b, "# HELP once_webhook_ack_seconds From a webhook's arrival to its durable acknowledgement.\n"
                  "# TYPE once_webhook_ack_seconds histogram\n");

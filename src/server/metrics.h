@@ -22,6 +22,7 @@ typedef enum metric_outcome {
 
 typedef enum metric_webhook { MW_ACCEPTED, MW_DUPLICATE, MW_BAD_SIGNATURE, MW_NO_EVENT_ID, MW_COUNT } metric_webhook;
 typedef enum metric_delivery { MD_DELIVERED, MD_RETRIED, MD_DEAD, MD_COUNT } metric_delivery;
+typedef enum metric_reconcile { MR_FOUND, MR_ABSENT, MR_ERROR, MR_HELD, MR_COUNT } metric_reconcile;
 
 typedef struct metrics metrics;
 
@@ -39,6 +40,9 @@ void metrics_commit(void *m, size_t batch, double seconds);
 void metrics_lease(metrics *m, size_t expired, size_t held);
 void metrics_webhook(metrics *m, const char *source, metric_webhook w);
 void metrics_delivery(metrics *m, const char *source, metric_delivery d);
+void metrics_reconcile(metrics *m, const char *scope, metric_reconcile r);
+/* A replayed LLM answer: the tokens a second generation would have cost. */
+void metrics_tokens_saved(metrics *m, const char *scope, long long tokens);
 /* Time from a webhook's arrival to its durable acknowledgement. */
 void metrics_webhook_ack(metrics *m, double seconds);
 

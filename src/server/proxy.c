@@ -16,6 +16,7 @@
 
 #include <openssl/evp.h>
 
+#include "ledger/key_template.h"
 #include "server/log.h"
 #include "server/pct.h"
 #include "server/server.h"
@@ -45,6 +46,9 @@ typedef struct proxy {
     once_response rec;
     px_kind kind;
     int64_t wait_deadline;
+    const char *target;  /* path and query after the upstream's prefix */
+    char field[3][1024]; /* decoded query / path values lent to a key template */
+    int nfield;
 } proxy;
 
 static void proxy_free(void *arg)
@@ -255,6 +259,15 @@ static void reply_replay(proxy *px)
         }
     }
     metrics_action(r->srv->metrics, up->name, MO_REPLAYED);
+    /* A replayed LLM answer is a generation not paid for twice. */
+    if (a->has_response && a->response.body &&
+        memmem(a->response.body, a->response.body_len, "total_tokens", 12)) {
+        json_t *doc = json_loadb((const char *)a->response.body, a->response.body_len, 0, NULL);
+        json_t *t = json_object_get(json_object_get(doc, "usage"), "total_tokens");
+        if (json_is_integer(t))
+            metrics_tokens_saved(r->srv->metrics, up->name, (long long)json_integer_value(t));
+        json_decref(doc);
+    }
     struct MHD_Response *resp;
     unsigned status;
     if (a->has_response) {
@@ -525,6 +538,85 @@ static void on_pass_done(out_call *c)
 
 /* ---- entry ---------------------------------------------------------------- */
 
+/* ---- intent-derived keys ----------------------------------------------------- */
+
+static const char *tpl_header(void *ctx, const char *name)
+{
+    proxy *px = ctx;
+    return req_header(px->r, name);
+}
+
+/* A decoded copy of a query value or path segment, kept in the proxy so the
+ * template can borrow it. */
+static const char *tpl_keep(proxy *px, const char *raw, size_t n)
+{
+    if (px->nfield >= 3)
+        px->nfield = 0; /* a template uses a value before it asks for the next */
+    char *slot = px->field[px->nfield++];
+    if (pct_decode(raw, n, slot, sizeof px->field[0]) < 0)
+        return NULL;
+    return slot;
+}
+
+static const char *tpl_query(void *ctx, const char *name)
+{
+    proxy *px = ctx;
+    const char *q = strchr(px->target, '?');
+    size_t nlen = strlen(name);
+    for (const char *p = q ? q + 1 : NULL; p && *p;) {
+        size_t len = strcspn(p, "&");
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=')
+            return tpl_keep(px, p + nlen + 1, len - nlen - 1);
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return NULL;
+}
+
+static const char *tpl_path(void *ctx, size_t n)
+{
+    proxy *px = ctx;
+    const char *p = px->target;
+    size_t plen = strcspn(p, "?");
+    size_t i = 0;
+    while (plen && *p == '/') {
+        p++;
+        plen--;
+        size_t len = strcspn(p, "/?");
+        if (len > plen)
+            len = plen;
+        if (i++ == n)
+            return len ? tpl_keep(px, p, len) : NULL;
+        p += len;
+        plen -= len;
+    }
+    return NULL;
+}
+
+/* The key from the upstream's template. 0; or answered (400) and -1. */
+static int key_from_template(proxy *px)
+{
+    req *r = px->r;
+    json_t *body = r->body.len ? json_loadb((const char *)r->body.data, r->body.len, 0, NULL) : NULL;
+    key_source src = {.header = tpl_header, .query = tpl_query, .path = tpl_path, .json = body, .ctx = px};
+    char err[256] = "";
+    int rc = key_template_eval(px->up->key, &src, px->key, sizeof px->key, err, sizeof err);
+    json_decref(body);
+    if (rc == -1) {
+        req_problem(r, 400, "key_field_missing", "Key field missing", json_pack("{s:s}", "field", err),
+                    "the key template of '%s' needs %s, which this request does not have; nothing was sent",
+                    px->up->name, err);
+        return -1;
+    }
+    if (rc < 0 || once_key_validate(px->key) < 0) {
+        req_problem(r, 400, "invalid_key", "Invalid key", NULL, "the key template of '%s' gave no usable key: %s",
+                    px->up->name, err[0] ? err : once_errdetail());
+        return -1;
+    }
+    return 0;
+}
+
 void proxy_handle(req *r, const upstream_cfg *up, const char *target)
 {
     if (!pct_valid(target)) {
@@ -542,9 +634,16 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
     r->state_free = proxy_free;
     snprintf(r->scope, sizeof r->scope, "%s", up->name);
 
+    px->target = target;
     const char *key = req_header(r, "Idempotency-Key");
     int safe = method_is_safe(r->method);
-    if (key) {
+    if (up->key && (!safe || up->key_safe_methods) && (!key || up->key_from_template)) {
+        /* The intent decides the key, not the attempt (docs/keys.md). */
+        if (key_from_template(px) < 0)
+            return;
+        key = px->key;
+        req_note_key(r, up->name, key);
+    } else if (key) {
         if (once_key_validate(key) < 0) {
             req_problem(r, 400, "invalid_key", "Invalid Idempotency-Key", NULL, "%s", once_errdetail());
             return;

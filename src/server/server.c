@@ -22,6 +22,7 @@
 #include "server/hooks.h"
 #include "server/http.h"
 #include "server/log.h"
+#include "server/reconciler.h"
 #include "server/server.h"
 
 #define HELD_REASON "held: no provider lookup is configured; resolve with `once resolve`"
@@ -29,6 +30,8 @@
 
 typedef struct loop {
     server *srv;
+    char **lookup_scopes; /* upstreams whose unknown actions a lookup settles */
+    size_t nlookup_scopes;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
@@ -49,8 +52,12 @@ static void *loop_main(void *arg)
         pthread_mutex_unlock(&l->mu);
         size_t expired = 0, held = 0, swept = 0;
         int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
+        /* Unknown actions of upstreams with a lookup wait for it (the
+         * reconciler holds them after lookup_attempts); the rest are held
+         * for a human now. */
         if (rc == ONCE_OK)
-            rc = once_hold_unknown(srv->store, NULL, HELD_REASON, &held);
+            rc = once_hold_unknown_except(srv->store, (const char *const *)l->lookup_scopes, l->nlookup_scopes,
+                                          HELD_REASON, &held);
         if (rc == ONCE_OK && tick++ % SWEEP_EVERY == 0) {
             size_t events = 0;
             rc = once_sweep(srv->store, once_now_ms(), &swept);
@@ -159,6 +166,10 @@ int server_run(once_config *cfg)
         log_event("error", "cannot start the delivery thread");
         goto out;
     }
+    if (reconciler_start(&srv, &srv.reconciler) < 0) {
+        log_event("error", "cannot start the reconciler thread");
+        goto out;
+    }
 
     size_t nl = 1;
     for (size_t i = 0; i < cfg->nupstreams; i++)
@@ -188,7 +199,11 @@ int server_run(once_config *cfg)
         log_event("info", "listening on %s%s%s", addr, listeners[i].up ? " for upstream " : "",
                   listeners[i].up ? listeners[i].up->name : "");
     }
-    if (pthread_create(&lp.thread, NULL, loop_main, &lp) != 0) {
+    lp.lookup_scopes = calloc(cfg->nupstreams + 1, sizeof *lp.lookup_scopes);
+    for (size_t i = 0; lp.lookup_scopes && i < cfg->nupstreams; i++)
+        if (cfg->upstreams[i].lookup_method)
+            lp.lookup_scopes[lp.nlookup_scopes++] = cfg->upstreams[i].name;
+    if (!lp.lookup_scopes || pthread_create(&lp.thread, NULL, loop_main, &lp) != 0) {
         log_event("error", "cannot start the background loop");
         goto out;
     }
@@ -212,8 +227,10 @@ out:
         drain(&srv, cfg->grace_ms);
     waiters_stop(srv.waiters);
     delivery_quiesce(&srv);
+    reconciler_quiesce(srv.reconciler);
     outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
     delivery_stop(&srv);   /* settles the deliveries the stop aborted */
+    reconciler_stop(srv.reconciler);
     worker_stop(srv.worker);
     size_t left = srv.ndaemons ? drain(&srv, 30000) : 0;
     if (left)
@@ -233,6 +250,7 @@ out:
     free(srv.daemons);
     free(listeners);
     curl_global_cleanup();
+    free(lp.lookup_scopes);
     pthread_cond_destroy(&lp.cv);
     pthread_mutex_destroy(&lp.mu);
     pthread_cond_destroy(&srv.cv);

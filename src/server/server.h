@@ -27,6 +27,7 @@
 typedef struct waiters waiters;
 typedef struct worker worker;
 typedef struct delivery delivery;
+typedef struct reconciler reconciler;
 typedef struct source_rt source_rt;
 
 typedef struct server {
@@ -38,6 +39,7 @@ typedef struct server {
     worker *worker;
     source_rt *sources;  /* one per cfg->sources */
     delivery *delivery;
+    reconciler *reconciler;
     struct MHD_Daemon **daemons;
     size_t ndaemons;
     pthread_mutex_t mu;

@@ -62,7 +62,8 @@ static const stmt_def stmts[] = {
                "WHERE state = 'pending' AND lease_expires_at <= $1"},
     {"hold_all", "UPDATE actions SET state = 'held', updated_at = $1, error = CASE WHEN $2::text IS NULL "
                  "THEN error WHEN error IS NULL THEN $2 ELSE $2 || ' (after: ' || error || ')' END "
-                 "WHERE state = 'unknown' AND ($3::text IS NULL OR scope = $3)"},
+                 "WHERE state = 'unknown' AND ($3::text IS NULL OR scope = $3) "
+                 "AND ($4::text IS NULL OR position(',' || scope || ',' in ',' || $4 || ',') = 0)"},
     {"sweep", "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
               "AND expires_at <= $1"},
     {"get", "SELECT " A_COLS " FROM actions WHERE scope = $1 AND key = $2"},
@@ -515,6 +516,7 @@ static int op_send(PGconn *c, store_op *op)
         p_int(&p, op->now);
         p_text(&p, op->text);
         p_text(&p, op->scope);
+        p_text(&p, op->receipt); /* the except list travels in this slot */
         break;
     case OP_SWEEP:
         name = "sweep";
@@ -1139,9 +1141,13 @@ static int pgs_sweep(once_store *st, int64_t now, size_t *count)
     return pgs_bulk(st, OP_SWEEP, NULL, NULL, now, count);
 }
 
-static int pgs_hold_unknown(once_store *st, const char *scope, const char *reason, int64_t now, size_t *count)
+static int pgs_hold_unknown(once_store *st, const char *scope, const char *except, const char *reason, int64_t now,
+                            size_t *count)
 {
-    return pgs_bulk(st, OP_HOLD_ALL, scope, reason, now, count);
+    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .receipt = except, .text = reason};
+    int rc = run_write(pg(st), &op);
+    *count = op.count;
+    return rc;
 }
 
 static int pgs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t now,

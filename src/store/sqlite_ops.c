@@ -68,7 +68,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "AND expires_at <= ?1",
     [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = CASE WHEN ?2 IS NULL THEN error "
                     "WHEN error IS NULL THEN ?2 ELSE ?2 || ' (after: ' || error || ')' END, updated_at = ?1 "
-                    "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3)",
+                    "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3) "
+                    "AND (?4 IS NULL OR instr(',' || ?4 || ',', ',' || scope || ',') = 0)",
     [ST_RC_DUE] = "SELECT id FROM actions WHERE state = 'unknown' AND scope = ?1 AND lookup_next_at <= ?2 "
                   "ORDER BY id LIMIT ?3",
     [ST_RC_CLAIM] = "UPDATE actions SET lookup_next_at = ?2 WHERE id = ?1",
@@ -585,6 +586,7 @@ static void op_hold_all(sq_conn *c, store_op *op)
     sqlite3_bind_int64(st, 1, op->now);
     sq_bind_text(st, 2, op->text);
     sq_bind_text(st, 3, op->scope);
+    sq_bind_text(st, 4, op->receipt); /* the except list travels in this slot */
     if (sq_write_step(c, op, st, "hold unknown") == 0) {
         op->count = (size_t)sqlite3_changes(c->db);
         op->rc = ONCE_OK;

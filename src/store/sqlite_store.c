@@ -402,9 +402,10 @@ static int sqs_sweep(once_store *st, int64_t now, size_t *count)
     return rc;
 }
 
-static int sqs_hold_unknown(once_store *st, const char *scope, const char *reason, int64_t now, size_t *count)
+static int sqs_hold_unknown(once_store *st, const char *scope, const char *except, const char *reason, int64_t now,
+                            size_t *count)
 {
-    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .text = reason};
+    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .receipt = except, .text = reason};
     int rc = run_write(sq(st), &op);
     *count = op.count;
     return rc;

@@ -30,7 +30,9 @@ typedef struct store_vtable {
     int (*expire_leases)(once_store *s, int64_t now, size_t *count);
     int (*hold)(once_store *s, const char *scope, const char *key, const char *reason, int64_t now);
     int (*sweep)(once_store *s, int64_t now, size_t *count);
-    int (*hold_unknown)(once_store *s, const char *scope, const char *reason, int64_t now, size_t *count);
+    /* except: NULL, or scopes joined by ',' that are left alone */
+    int (*hold_unknown)(once_store *s, const char *scope, const char *except, const char *reason, int64_t now,
+                        size_t *count);
     /* reconciliation; step is the trail line, already stamped with the time */
     int (*reconcile_claim)(once_store *s, const char *scope, size_t max, int64_t lease_ms, int64_t now,
                            once_action_list *out);

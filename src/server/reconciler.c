@@ -1,0 +1,386 @@
+/*
+ * reconciler.c — settling unknown actions by asking the provider, never by
+ * sending again.
+ *
+ * For each upstream with a `lookup`, one thread claims unknown actions whose
+ * next lookup is due (a claim keeps other nodes off them), asks the provider
+ * with the lookup request built from the stored original request, and
+ * records what it learnt: found -> completed with the lookup's answer and
+ * provider id (retries replay it); absent -> released (the next attempt may
+ * send); anything else -> tried again after lookup_backoff, doubling, and
+ * held for a human after lookup_attempts. Each step lands in the action's
+ * trail (`once show`).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "ledger/json_pointer.h"
+#include "server/log.h"
+#include "server/reconciler.h"
+
+#define CLAIM_MAX 16
+#define IDLE_WAIT_MS 500
+#define URL_MAX 8192
+
+typedef struct lookup {
+    struct lookup *next;
+    struct reconciler *rc;
+    const upstream_cfg *up;
+    once_action action;
+    char *url;
+    out_call call;
+} lookup;
+
+struct reconciler {
+    server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    lookup *done;
+    int quiesced;
+    int stop;
+    size_t running;
+    pthread_t thread;
+};
+
+static void lookup_free(lookup *l)
+{
+    once_action_free(&l->action);
+    free(l->url);
+    out_call_clear(&l->call);
+    free(l);
+}
+
+/* ---- the lookup request ---------------------------------------------------- */
+
+/* Appends s percent-encoded (RFC 3986 unreserved kept) to the URL. */
+static int url_put_escaped(buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                   c == '.' || c == '_' || c == '~';
+        char e[3] = {(char)c, 0, 0};
+        if (!keep) {
+            e[0] = '%';
+            e[1] = hex[c >> 4];
+            e[2] = hex[c & 15];
+        }
+        if (buf_append(b, e, keep ? 1 : 3, URL_MAX) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The value of a stored request header (meta: {"headers": [[n, v], …]}). */
+static const char *meta_header(json_t *meta, const char *name, size_t nlen)
+{
+    size_t i;
+    json_t *pair;
+    json_array_foreach(json_object_get(meta, "headers"), i, pair)
+    {
+        const char *n = json_string_value(json_array_get(pair, 0));
+        if (n && strlen(n) == nlen && strncasecmp(n, name, nlen) == 0)
+            return json_string_value(json_array_get(pair, 1));
+    }
+    return NULL;
+}
+
+/* Fills {key}, {scope}, {json:/ptr} and {header:Name} of the lookup path
+ * from the stored original request. -1 with why when a field is missing. */
+static int lookup_url(const upstream_cfg *up, const once_action *a, buf *out, char *why, size_t whylen)
+{
+    json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, 0, NULL) : NULL;
+    json_t *body = NULL;
+    const char *btext = json_string_value(json_object_get(meta, "body"));
+    if (btext)
+        body = json_loads(btext, JSON_DECODE_ANY, NULL);
+    int rc = buf_append_str(out, up->url, URL_MAX);
+    for (const char *p = up->lookup_path; rc == 0 && *p;) {
+        if (*p != '{') {
+            size_t n = strcspn(p, "{");
+            rc = buf_append(out, p, n, URL_MAX);
+            p += n;
+            continue;
+        }
+        const char *end = strchr(p, '}');
+        if (!end) {
+            rc = -1;
+            break;
+        }
+        const char *f = p + 1;
+        size_t flen = (size_t)(end - f);
+        char text[512];
+        const char *v = NULL;
+        if (flen == 3 && strncmp(f, "key", 3) == 0) {
+            v = a->key;
+        } else if (flen == 5 && strncmp(f, "scope", 5) == 0) {
+            v = a->scope;
+        } else if (flen > 7 && strncmp(f, "header:", 7) == 0) {
+            v = meta_header(meta, f + 7, flen - 7);
+        } else if (flen >= 5 && strncmp(f, "json:", 5) == 0) {
+            char ptr[256];
+            snprintf(ptr, sizeof ptr, "%.*s", (int)(flen - 5), f + 5);
+            if (body && json_pointer_text(body, ptr, text, sizeof text) == 0)
+                v = text;
+        }
+        if (!v) {
+            snprintf(why, whylen, "the stored request has no %.*s for the lookup", (int)flen, f);
+            rc = -1;
+            break;
+        }
+        rc = url_put_escaped(out, v, strlen(v));
+        p = end + 1;
+    }
+    json_decref(body);
+    json_decref(meta);
+    if (rc < 0 && !why[0])
+        snprintf(why, whylen, "the lookup URL could not be built");
+    return rc;
+}
+
+/* ---- what the provider said ------------------------------------------------ */
+
+typedef enum verdict { V_FOUND, V_ABSENT, V_ERROR } verdict;
+
+static int json_is_emptyish(json_t *v)
+{
+    return !v || json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0) || (json_is_string(v) && json_string_length(v) == 0);
+}
+
+static verdict lookup_verdict(const upstream_cfg *up, const out_call *c, char *provider_id, size_t pidlen, char *why,
+                              size_t whylen)
+{
+    if (c->kind != OUT_ANSWERED) {
+        snprintf(why, whylen, "%s", c->error[0] ? c->error : "no answer");
+        return V_ERROR;
+    }
+    for (size_t i = 0; i < up->nlookup_absent_status; i++) {
+        if (c->status == up->lookup_absent_status[i]) {
+            snprintf(why, whylen, "absent (status %ld)", c->status);
+            return V_ABSENT;
+        }
+    }
+    if (c->status < 200 || c->status > 299) {
+        snprintf(why, whylen, "status %ld", c->status);
+        return V_ERROR;
+    }
+    json_t *doc = c->resp_body.len ? json_loadb((const char *)c->resp_body.data, c->resp_body.len, 0, NULL) : NULL;
+    verdict v = V_ERROR;
+    const char *found_ptr = up->lookup_found && strncmp(up->lookup_found, "json:", 5) == 0 ? up->lookup_found + 5 : NULL;
+    if (doc && found_ptr && json_pointer_text(doc, found_ptr, provider_id, pidlen) == 0 && provider_id[0]) {
+        snprintf(why, whylen, "found %s", provider_id);
+        v = V_FOUND;
+    } else {
+        for (size_t i = 0; doc && i < up->nlookup_absent_empty; i++) {
+            const char *ptr = up->lookup_absent_empty[i];
+            if (json_is_emptyish(json_pointer_get(doc, ptr))) {
+                snprintf(why, whylen, "absent (%s empty)", ptr);
+                v = V_ABSENT;
+                break;
+            }
+        }
+        if (v == V_ERROR)
+            snprintf(why, whylen, "status %ld, but neither found nor absent in the answer", c->status);
+    }
+    json_decref(doc);
+    return v;
+}
+
+/* On the reconciler thread: record what one lookup found. */
+static void lookup_settle(reconciler *r, lookup *l)
+{
+    server *srv = r->srv;
+    const upstream_cfg *up = l->up;
+    once_action *a = &l->action;
+    char pid[ONCE_PROVIDER_ID_MAX + 1] = "", why[300] = "", step[400];
+    verdict v = lookup_verdict(up, &l->call, pid, sizeof pid, why, sizeof why);
+    int64_t n = a->lookups + 1;
+    snprintf(step, sizeof step, "lookup %lld: %s", (long long)n, why);
+    int rc;
+    if (v == V_FOUND) {
+        once_response resp = {.status = (int)l->call.status,
+                              .headers = (char *)l->call.resp_headers.data,
+                              .headers_len = l->call.resp_headers.len,
+                              .body = l->call.resp_body.data,
+                              .body_len = l->call.resp_body.len};
+        rc = once_reconcile(srv->store, a->scope, a->key, ONCE_OUTCOME_COMPLETED, &resp, pid, step);
+        metrics_reconcile(srv->metrics, up->name, MR_FOUND);
+    } else if (v == V_ABSENT) {
+        rc = once_reconcile(srv->store, a->scope, a->key, ONCE_OUTCOME_RELEASED, NULL, NULL, step);
+        metrics_reconcile(srv->metrics, up->name, MR_ABSENT);
+    } else {
+        int hold = n >= up->lookup_attempts;
+        int64_t delay = up->lookup_backoff_ms;
+        for (int64_t i = 1; i < n && delay < ONCE_LEASE_MAX_MS / 2; i++)
+            delay *= 2;
+        if (hold)
+            snprintf(step + strlen(step), sizeof step - strlen(step), "; held after %lld lookups", (long long)n);
+        rc = once_reconcile_failed(srv->store, a->scope, a->key, hold ? 0 : delay, hold, step);
+        metrics_reconcile(srv->metrics, up->name, hold ? MR_HELD : MR_ERROR);
+    }
+    if (rc < 0 && rc != ONCE_ESTATE) /* ESTATE: a late completion or a human came first */
+        log_event("error", "scope %s: cannot record a lookup: %s", up->name, once_errdetail());
+    else if (rc == ONCE_OK)
+        log_event("info", "scope %s: %s", up->name, step);
+}
+
+static void on_lookup_done(out_call *c)
+{
+    lookup *l = c->ctx;
+    reconciler *r = l->rc;
+    pthread_mutex_lock(&r->mu);
+    l->next = r->done;
+    r->done = l;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
+{
+    lookup *l = calloc(1, sizeof *l);
+    if (!l) {
+        once_action_free(a);
+        return;
+    }
+    l->rc = r;
+    l->up = up;
+    l->action = *a;
+    memset(a, 0, sizeof *a);
+    buf url = {0};
+    char why[300] = "";
+    if (lookup_url(up, &l->action, &url, why, sizeof why) < 0) {
+        /* A lookup that cannot even be asked is held at once. */
+        buf_free(&url);
+        char step[400];
+        snprintf(step, sizeof step, "lookup impossible: %s", why);
+        once_reconcile_failed(r->srv->store, up->name, l->action.key, 0, 1, step);
+        metrics_reconcile(r->srv->metrics, up->name, MR_HELD);
+        lookup_free(l);
+        return;
+    }
+    l->url = (char *)url.data;
+    out_call *c = &l->call;
+    c->method = up->lookup_method;
+    c->url = l->url;
+    c->headers = (const char *const *)up->headers; /* credentials only, nothing of the client's */
+    c->nheaders = up->nheaders;
+    c->timeout_ms = up->timeout_ms;
+    c->max_response = up->max_response;
+    c->done = on_lookup_done;
+    c->ctx = l;
+    if (outbound_submit(r->srv->ob, c) < 0) {
+        lookup_free(l); /* the claim runs out; another round asks again */
+        return;
+    }
+    r->running++;
+}
+
+static void claim_due(reconciler *r)
+{
+    server *srv = r->srv;
+    for (size_t i = 0; i < srv->cfg->nupstreams; i++) {
+        const upstream_cfg *up = &srv->cfg->upstreams[i];
+        if (!up->lookup_method)
+            continue;
+        once_action_list l;
+        /* The claim outlives the lookup call, so no other node asks too. */
+        int rc = once_reconcile_claim(srv->store, up->name, CLAIM_MAX, up->timeout_ms + 5000, &l);
+        if (rc < 0) {
+            log_event("error", "scope %s: cannot claim unknown actions: %s", up->name, once_errdetail());
+            continue;
+        }
+        for (size_t k = 0; k < l.count; k++)
+            lookup_start(r, up, &l.items[k]);
+        once_action_list_free(&l);
+    }
+}
+
+static void *reconciler_main(void *arg)
+{
+    reconciler *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        lookup *done = r->done;
+        r->done = NULL;
+        int quiesced = r->quiesced, stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        while (done) {
+            lookup *l = done;
+            done = l->next;
+            if (!stop || l->call.kind == OUT_ANSWERED)
+                lookup_settle(r, l);
+            r->running--;
+            lookup_free(l);
+        }
+        if (stop && r->running == 0)
+            break;
+        if (!quiesced)
+            claim_due(r);
+        pthread_mutex_lock(&r->mu);
+        if (!r->done && !r->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + IDLE_WAIT_MS * 1000000L;
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+    }
+    return NULL;
+}
+
+int reconciler_start(server *srv, reconciler **out)
+{
+    *out = NULL;
+    int any = 0;
+    for (size_t i = 0; i < srv->cfg->nupstreams; i++)
+        any |= srv->cfg->upstreams[i].lookup_method != NULL;
+    if (!any)
+        return 0;
+    reconciler *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->srv = srv;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if (pthread_create(&r->thread, NULL, reconciler_main, r) != 0) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void reconciler_quiesce(reconciler *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->quiesced = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void reconciler_stop(reconciler *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->quiesced = 1;
+    r->stop = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
