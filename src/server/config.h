@@ -43,7 +43,7 @@ typedef struct upstream_cfg {
     char *lookup_method;        /* lookup = METHOD PATH: GET, HEAD or POST; NULL = no lookup */
     char *lookup_path;          /* the PATH part: {key} {scope} {json:/ptr} {header:Name} filled in */
     char *lookup_found;         /* lookup_found = json:/pointer: present (string or integer) -> found,
-                                   its value is the provider id; or "status:200" style */
+                                   its value is the provider id */
     int *lookup_absent_status;  /* lookup_absent = 404 | json-empty:/data ('|'-separated) */
     size_t nlookup_absent_status;
     char **lookup_absent_empty; /* json-empty:/ptr: an empty array/object/string/null or absent -> absent */

@@ -35,6 +35,26 @@ static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
         if (len == 0 || u->url[len - 1] == '/' || u->lease_ms <= u->timeout_ms ||
             u->retention_ms <= 0 || config_upstream(cfg, u->name) != u)
             __builtin_trap();
+        /* What the proxy and the reconciler rely on without checking again. */
+        if ((u->key_from_template && u->key == NULL) || u->lookup_backoff_ms <= 0 ||
+            u->lookup_attempts < 1 || u->lookup_attempts > CONFIG_LOOKUP_ATTEMPTS_MAX ||
+            (u->lookup_method == NULL) != (u->lookup_path == NULL) ||
+            (u->lookup_method == NULL &&
+             (u->lookup_found != NULL || u->nlookup_absent_status != 0 ||
+              u->nlookup_absent_empty != 0)) ||
+            (u->lookup_method != NULL &&
+             (u->lookup_path[0] != '/' || u->lookup_found == NULL ||
+              strncmp(u->lookup_found, "json:", 5) != 0 ||
+              u->nlookup_absent_status + u->nlookup_absent_empty == 0)))
+            __builtin_trap();
+        for (size_t j = 0; j < u->nlookup_absent_status; j++) {
+            if (u->lookup_absent_status[j] < 100 || u->lookup_absent_status[j] > 599)
+                __builtin_trap();
+        }
+        for (size_t j = 0; j < u->nlookup_absent_empty; j++) {
+            if (u->lookup_absent_empty[j][0] != '\0' && u->lookup_absent_empty[j][0] != '/')
+                __builtin_trap();
+        }
         for (size_t j = 0; j < u->nheaders; j++) {
             if (strchr(u->headers[j], '\n') != NULL || strchr(u->headers[j], '\r') != NULL)
                 __builtin_trap();

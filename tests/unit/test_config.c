@@ -1412,6 +1412,298 @@ static void test_source_secrets(void **state)
                     "secret_file: empty file name");
 }
 
+/* ---- intent-derived keys: key, key_source ------------------------------------ */
+
+static void test_key_template(void **state)
+{
+    (void)state;
+    once_config cfg;
+    /* Unset: no template, the client's key. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\n", &cfg);
+    assert_null(cfg.upstreams[0].key);
+    assert_int_equal(cfg.upstreams[0].key_from_template, 0);
+    config_free(&cfg);
+    /* "One email per company per 30 days". */
+    tc_expect_ok("[upstream.mailer]\n"
+                 "url = https://api.mailer.example\n"
+                 "key = domain({json:/to})\n"
+                 "retention = 30d\n",
+                 &cfg);
+    const upstream_cfg *u = config_upstream(&cfg, "mailer");
+    assert_non_null(u);
+    assert_non_null(u->key);
+    assert_int_equal(u->key_from_template, 0);
+    assert_int_equal(u->retention_ms, 30 * 86400000LL);
+    config_free(&cfg);
+    /* key_source = template: the rule even when a key is sent; header is
+     * the default and may be written. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\nkey_source = template\n"
+                 "key = order:{json:/cart}:{header:X-Customer}\n"
+                 "[upstream.b]\nurl = http://b\nkey = sha256(lower({json:/to}))\n"
+                 "key_source = header\n",
+                 &cfg);
+    assert_non_null(config_upstream(&cfg, "a")->key);
+    assert_int_equal(config_upstream(&cfg, "a")->key_from_template, 1);
+    assert_non_null(config_upstream(&cfg, "b")->key);
+    assert_int_equal(config_upstream(&cfg, "b")->key_from_template, 0);
+    config_free(&cfg);
+    /* key_source = header without a key is the default said aloud. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\nkey_source = header\n", &cfg);
+    assert_null(cfg.upstreams[0].key);
+    config_free(&cfg);
+
+    /* Errors: the template's, with the column; at the key's line. */
+    tc_expect_error("[upstream.a]\nurl = http://a\n\nkey = {json:/to\n", 4, "key: column 1: ");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey = x{nope:1}\n", 3, "key: column ");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey = domain({json:/to}\n", 3, "key: column ");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey =\n", 3, "key: empty");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey = {json:/a}\nkey = {json:/b}\n", 4,
+                    "duplicate key 'key'");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey_source = client\n", 3,
+                    "key_source: 'client' is not header or template");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey_source = Template\n", 3,
+                    "key_source: 'Template' is not header or template");
+    /* template without key: at key_source's line, after the whole section
+     * (key may come later). */
+    tc_expect_error("[upstream.a]\nkey_source = template\nurl = http://a\n", 2,
+                    "key_source: template needs key = TEMPLATE in [upstream.a]");
+    tc_expect_error("[upstream.a]\nurl = http://a\nkey_source = template\n"
+                    "[upstream.b]\nurl = http://b\nkey = {json:/id}\n",
+                    3, "key_source: template needs key");
+}
+
+/* ---- reconciliation: lookup and lookup_* -------------------------------------- */
+
+/* The example, comments and all. */
+static const char tc_mailer[] =
+    "[upstream.mailer]\n"
+    "url = https://api.mailer.example\n"
+    "lookup = GET /v1/messages?client_ref={key}\n"
+    "lookup_found = json:/data/0/id        ; present \xe2\x86\x92 it happened; its value is the "
+    "provider id\n"
+    "lookup_absent = 404 | json-empty:/data ; \xe2\x86\x92 it did not happen\n";
+
+static void test_lookup(void **state)
+{
+    (void)state;
+    once_config cfg;
+    tc_expect_ok(tc_mailer, &cfg);
+    const upstream_cfg *u = config_upstream(&cfg, "mailer");
+    assert_non_null(u);
+    assert_string_equal(u->lookup_method, "GET");
+    assert_string_equal(u->lookup_path, "/v1/messages?client_ref={key}");
+    assert_string_equal(u->lookup_found, "json:/data/0/id");
+    assert_int_equal(u->nlookup_absent_status, 1);
+    assert_int_equal(u->lookup_absent_status[0], 404);
+    assert_int_equal(u->nlookup_absent_empty, 1);
+    assert_string_equal(u->lookup_absent_empty[0], "/data");
+    assert_int_equal(u->lookup_backoff_ms, 10000);
+    assert_int_equal(u->lookup_attempts, 5);
+    config_free(&cfg);
+
+    /* No lookup: nothing set, the numeric defaults in place. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\n", &cfg);
+    u = &cfg.upstreams[0];
+    assert_null(u->lookup_method);
+    assert_null(u->lookup_path);
+    assert_null(u->lookup_found);
+    assert_int_equal(u->nlookup_absent_status, 0);
+    assert_null(u->lookup_absent_status);
+    assert_int_equal(u->nlookup_absent_empty, 0);
+    assert_null(u->lookup_absent_empty);
+    assert_int_equal(u->lookup_backoff_ms, 10000);
+    assert_int_equal(u->lookup_attempts, 5);
+    config_free(&cfg);
+
+    /* lookup_absent defaults to 404; every placeholder form; every key. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\n"
+                 "lookup = POST   /v1/{scope}/find/{key}?to={json:/to/0}&r={json:}&h={header:X-Req-Id}\n"
+                 "lookup_found = json:\n"
+                 "lookup_backoff = 250ms\n"
+                 "lookup_attempts = 100\n"
+                 "[upstream.b]\nurl = http://b\nlookup = HEAD /x/{json:/a~1b~0c}\n"
+                 "lookup_found = json:/id\nlookup_attempts = 1\n"
+                 "lookup_absent = 410|json-empty:/items|json-empty:  |  204 | json-empty:/a~0\n",
+                 &cfg);
+    u = config_upstream(&cfg, "a");
+    assert_string_equal(u->lookup_method, "POST");
+    assert_string_equal(u->lookup_path,
+                        "/v1/{scope}/find/{key}?to={json:/to/0}&r={json:}&h={header:X-Req-Id}");
+    assert_string_equal(u->lookup_found, "json:");
+    assert_int_equal(u->nlookup_absent_status, 1);
+    assert_int_equal(u->lookup_absent_status[0], 404);
+    assert_int_equal(u->nlookup_absent_empty, 0);
+    assert_int_equal(u->lookup_backoff_ms, 250);
+    assert_int_equal(u->lookup_attempts, 100);
+    u = config_upstream(&cfg, "b");
+    assert_string_equal(u->lookup_method, "HEAD");
+    assert_string_equal(u->lookup_path, "/x/{json:/a~1b~0c}");
+    assert_int_equal(u->lookup_attempts, 1);
+    assert_int_equal(u->nlookup_absent_status, 2);
+    assert_int_equal(u->lookup_absent_status[0], 410);
+    assert_int_equal(u->lookup_absent_status[1], 204);
+    assert_int_equal(u->nlookup_absent_empty, 3);
+    assert_string_equal(u->lookup_absent_empty[0], "/items");
+    assert_string_equal(u->lookup_absent_empty[1], "");
+    assert_string_equal(u->lookup_absent_empty[2], "/a~0");
+    config_free(&cfg);
+    /* Only json-empty items: no 404 added. */
+    tc_expect_ok("[upstream.a]\nurl = http://a\nlookup = GET /m?ref={key}\n"
+                 "lookup_found = json:/id\nlookup_absent = json-empty:/data\n",
+                 &cfg);
+    assert_int_equal(cfg.upstreams[0].nlookup_absent_status, 0);
+    assert_int_equal(cfg.upstreams[0].nlookup_absent_empty, 1);
+    config_free(&cfg);
+    /* The key lines may come in any order; lookup last. */
+    tc_expect_ok("[upstream.a]\nlookup_attempts = 3\nlookup_found = json:/id\nurl = http://a\n"
+                 "lookup_backoff = 1m\nlookup = GET /m/{key}\n",
+                 &cfg);
+    assert_int_equal(cfg.upstreams[0].lookup_attempts, 3);
+    assert_int_equal(cfg.upstreams[0].lookup_backoff_ms, 60000);
+    config_free(&cfg);
+}
+
+static void test_lookup_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value;
+        const char *what;
+    } bad[] = {
+        {"", "lookup: '' is not METHOD PATH"},
+        {"GET", "lookup: 'GET' is not METHOD PATH"},
+        {"/v1/messages", "lookup: '/v1/messages' is not METHOD PATH"},
+        {"get /v1/m", "lookup: column 1: 'get' is not GET, HEAD or POST (upper case)"},
+        {"PUT /v1/m", "lookup: column 1: 'PUT' is not GET, HEAD or POST"},
+        {"GET v1/m", "lookup: column 5: the path must start with '/'"},
+        {"GET  {key}", "lookup: column 6: the path must start with '/'"},
+        {"GET /v1/m /x", "lookup: column 10: spaces, control characters, non-ASCII and '#'"},
+        {"GET /v1/m#frag", "lookup: column 10: spaces"},
+        {"GET /v1/\xc3\xa9", "lookup: column 9: spaces"},
+        {"GET /m?ref={key", "lookup: column 12: '{' is not closed by '}'"},
+        {"GET /m?ref={", "lookup: column 12: '{' is not closed"},
+        {"GET /m?ref=key}", "lookup: column 15: '}' without '{'"},
+        {"GET /m/{json:/a{b}}", "lookup: column 16: '{' inside a placeholder"},
+        {"GET /m/{id}", "lookup: column 8: unknown placeholder '{id}' (expected {key}, {scope}, "
+                        "{json:/POINTER} or {header:NAME})"},
+        {"GET /m/{}", "lookup: column 8: unknown placeholder '{}'"},
+        {"GET /m/{Key}", "lookup: column 8: unknown placeholder '{Key}'"},
+        {"GET /m/{key }", "lookup: column 8: unknown placeholder '{key }'"},
+        {"GET /m/{query:x}", "lookup: column 8: unknown placeholder"},
+        {"GET /m/{json:a}", "lookup: column 8: not a JSON pointer after json:"},
+        {"GET /m/{json:/a~2}", "lookup: column 8: not a JSON pointer"},
+        {"GET /m/{json:/a~}", "lookup: column 8: not a JSON pointer"},
+        {"GET /m/{header:}", "lookup: column 8: not a valid header name after header:"},
+        {"GET /m/{header:X Y}", "lookup: column 8: not a valid header name"},
+        {"GET /m/{header:X:Y}", "lookup: column 8: not a valid header name"},
+    };
+    char text[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text,
+                 "[upstream.a]\nurl = http://a\nlookup = %s\nlookup_found = json:/id\n",
+                 bad[i].value);
+        tc_expect_error(text, 3, bad[i].what);
+    }
+
+    static const struct {
+        const char *value;
+        const char *what;
+    } bad_found[] = {
+        {"", "lookup_found: '' is not json:/POINTER"},
+        {"/data/0/id", "lookup_found: '/data/0/id' is not json:/POINTER"},
+        {"json:data", "lookup_found: 'json:data' is not json:/POINTER"},
+        {"json:/a~", "is not json:/POINTER"},
+        {"JSON:/id", "is not json:/POINTER"},
+        {"header:X-Id", "is not json:/POINTER"},
+        {"status:200", "is not json:/POINTER"},
+    };
+    for (size_t i = 0; i < sizeof bad_found / sizeof bad_found[0]; i++) {
+        snprintf(text, sizeof text,
+                 "[upstream.a]\nurl = http://a\nlookup = GET /m/{key}\nlookup_found = %s\n",
+                 bad_found[i].value);
+        tc_expect_error(text, 4, bad_found[i].what);
+    }
+
+    static const struct {
+        const char *value;
+        const char *what;
+    } bad_absent[] = {
+        {"", "lookup_absent: item 1 is empty"},
+        {"404 |", "lookup_absent: item 2 is empty"},
+        {"| 404", "lookup_absent: item 1 is empty"},
+        {"404 || 410", "lookup_absent: item 2 is empty"},
+        {"404,410", "lookup_absent: '404,410' is not an HTTP status (100-599) or "
+                    "json-empty:/POINTER"},
+        {"404 410", "lookup_absent: '404 410' is not an HTTP status"},
+        {"600", "lookup_absent: 600 is not an HTTP status (100-599)"},
+        {"99", "lookup_absent: 99 is not an HTTP status"},
+        {"4040", "lookup_absent: '4040' is not an HTTP status"},
+        {"-404", "lookup_absent: '-404' is not an HTTP status"},
+        {"404 | 404", "lookup_absent: 404 is listed twice"},
+        {"json-empty:/d | json-empty:/d", "lookup_absent: 'json-empty:/d' is listed twice"},
+        {"json-empty:data", "lookup_absent: 'json-empty:data' is not json-empty: then a JSON "
+                            "pointer"},
+        {"json-empty:/a~3", "is not json-empty: then a JSON pointer"},
+        {"json:/data", "lookup_absent: 'json:/data' is not an HTTP status"},
+        {"empty:/data", "is not an HTTP status (100-599) or json-empty:/POINTER"},
+        {"none", "is not an HTTP status"},
+    };
+    for (size_t i = 0; i < sizeof bad_absent / sizeof bad_absent[0]; i++) {
+        snprintf(text, sizeof text,
+                 "[upstream.a]\nurl = http://a\nlookup = GET /m/{key}\nlookup_found = json:/id\n"
+                 "lookup_absent = %s\n",
+                 bad_absent[i].value);
+        tc_expect_error(text, 5, bad_absent[i].what);
+    }
+
+    /* lookup_backoff and lookup_attempts. */
+    static const char lk[] = "[upstream.a]\nurl = http://a\nlookup = GET /m/{key}\n"
+                             "lookup_found = json:/id\n";
+    static const struct {
+        const char *line;
+        const char *what;
+    } bad_num[] = {
+        {"lookup_backoff = 0s", "lookup_backoff: must be more than 0"},
+        {"lookup_backoff = 10", "lookup_backoff: '10' is not a duration"},
+        {"lookup_backoff = -1s", "lookup_backoff: '-1s' is not a duration"},
+        {"lookup_attempts = 0", "lookup_attempts: '0' is not a number from 1 to 100"},
+        {"lookup_attempts = 101", "lookup_attempts: '101' is not a number from 1 to 100"},
+        {"lookup_attempts = 5x", "lookup_attempts: '5x' is not a number"},
+        {"lookup_attempts = -1", "lookup_attempts: '-1' is not a number"},
+        {"lookup_attempts =", "lookup_attempts: '' is not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad_num / sizeof bad_num[0]; i++) {
+        snprintf(text, sizeof text, "%s%s\n", lk, bad_num[i].line);
+        tc_expect_error(text, 5, bad_num[i].what);
+    }
+
+    /* lookup without lookup_found: at lookup's line, after the section. */
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup = GET /m/{key}\nlookup_absent = 404\n", 3,
+                    "lookup: needs lookup_found = json:/POINTER");
+    /* The lookup_* keys without lookup do nothing: the first of them in the
+     * file is named. */
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup_found = json:/id\n", 3,
+                    "lookup_found: does nothing without lookup = METHOD PATH in [upstream.a]");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup_absent = 404\n", 3,
+                    "lookup_absent: does nothing without lookup");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup_backoff = 10s\n", 3,
+                    "lookup_backoff: does nothing without lookup");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup_attempts = 5\n", 3,
+                    "lookup_attempts: does nothing without lookup");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup_attempts = 5\nlookup_found = json:/id\n"
+                    "lookup_backoff = 10s\n",
+                    3, "lookup_attempts: does nothing without lookup");
+    /* Another upstream's lookup does not count. */
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup = GET /m/{key}\nlookup_found = json:/id\n"
+                    "[upstream.b]\nurl = http://b\nlookup_backoff = 1s\n",
+                    7, "lookup_backoff: does nothing without lookup = METHOD PATH in [upstream.b]");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlookup = GET /m\nlookup = GET /n\n", 4,
+                    "duplicate key 'lookup'");
+    tc_expect_error("[server]\nlookup = GET /m\n", 2, "unknown key 'lookup' in [server]");
+    tc_expect_error("[source.s]\nverify = github\nsecret = s\nkey = {json:/id}\n", 4,
+                    "unknown key 'key' in [source.s]");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1445,6 +1737,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_source_errors, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_source_event_id, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_source_secrets, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_key_template, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_lookup, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_errors, tc_setup, tc_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
