@@ -26,8 +26,14 @@
  *    domain() is described at kt_domain. A function whose result is empty
  *    fails (-2) for the same reason an empty field is missing.
  *  - A field whose value is not printable ASCII, used outside sha256(),
- *    digits() and domain(), fails (-2) naming the field; the final key must
- *    be 1..min(cap - 1, ONCE_KEY_MAX) printable ASCII bytes.
+ *    digits() and domain(), fails (-2) naming the field and saying to wrap
+ *    it in sha256() (under lower() or trim() the check is on their result,
+ *    so trim() may remove a tab); the final key must be
+ *    1..min(cap - 1, ONCE_KEY_MAX) printable ASCII bytes, else -2.
+ *  - domain(), sha256() and their state: the Public Suffix List and the
+ *    SHA-256 implementation are loaded once per process (pthread_once) and
+ *    kept; evaluation is otherwise stateless, so templates may be evaluated
+ *    from any number of threads at once.
  */
 #include "ledger/key_template.h"
 
@@ -67,6 +73,7 @@ typedef struct kt_node {
     int what;    /* kt_kind of a field, kt_func of a call */
     int next;    /* the following part of the same sequence */
     int child;   /* a call: its argument's first part */
+    int end;     /* a call: one past its argument's last part (parts are in text order) */
     char *s;     /* a literal: its text; a field: "kind:value" */
     size_t len;  /* strlen(s) */
     size_t vofs; /* a field: where its value starts in s */
@@ -176,11 +183,8 @@ static int kt_parse_check_text(kt_parser *p)
         if (c < 0x20 || c == 0x7F)
             return kt_parse_fail(p, i, "control character 0x%02x", c);
         size_t n = kt_utf8_length((const unsigned char *)p->text + i, p->len - i);
-        if (n == 0) {
-            /* kt_parse_column counts lead bytes; a stray continuation byte
-             * would be miscounted, but the column is that of the byte. */
-            return kt_parse_fail(p, i, "invalid UTF-8");
-        }
+        if (n == 0)
+            return kt_parse_fail(p, i, "invalid UTF-8"); /* the text before it is valid */
         i += n;
     }
     return 0;
@@ -433,6 +437,7 @@ static int kt_parse_seq(kt_parser *p, int depth, int in_call, int ascii, size_t 
             if (child < 0)
                 return kt_parse_fail(p, fpos, "%s() is empty", kt_func_names[fn]);
             p->t->nodes[i].child = child;
+            p->t->nodes[i].end = p->t->nnodes;
             lit = kt_parse_arena_at(p);
             lpos = p->pos;
             run = 0;
@@ -760,8 +765,8 @@ static int kt_domain(const char *s, size_t n, kt_buf *out, char *err, size_t err
         return -2;
     }
     size_t alen = strlen(ace);
-    if (alen > 0 && ace[alen - 1] == '.')
-        ace[--alen] = '\0'; /* a full-width trailing dot maps to '.' */
+    if (alen > 0 && ace[alen - 1] == '.' && host[e - b - 1] != '.')
+        ace[--alen] = '\0'; /* a full-width trailing dot ("。") maps to '.' */
     /* idn2 passes ASCII through unchecked, so the letters of a host name
      * (and '_', which real names such as _dmarc use) are checked here. */
     int bad = alen == 0 || alen > KT_DOMAIN_MAX;
@@ -909,9 +914,41 @@ static int kt_eval_func(kt_func fn, const kt_buf *in, kt_buf *out, char *err, si
     return rc;
 }
 
-/* Evaluates the sequence from i into out. ascii: an enclosing call makes
- * any text ASCII; otherwise a field's value must already be printable. */
-static int kt_eval_seq(const key_template *t, int i, const key_source *src, int ascii, kt_buf *out, char *err,
+/* The message for a value that is not printable ASCII where the key
+ * needs it to be, naming the field it came from. */
+static int kt_eval_unprintable(const kt_node *field, char *err, size_t errlen)
+{
+    kt_msg_write(err, errlen,
+                 "%s is not printable ASCII, so the key would not be; wrap it in sha256() (or digits() or "
+                 "domain())",
+                 field->s);
+    return -2;
+}
+
+/* After lower() or trim() outside any ASCII-making call gave text that is
+ * not printable ASCII: finds the first field of the call whose value is
+ * not (literals there are ASCII, the parser saw to it) to name it. */
+static int kt_eval_culprit(const key_template *t, int call, const key_source *src, char *err, size_t errlen)
+{
+    for (int i = call + 1; i < t->nodes[call].end; i++) {
+        const kt_node *nd = &t->nodes[i];
+        char num[32];
+        const char *v = NULL;
+        size_t vlen = 0;
+        if (nd->type == KT_FIELD && kt_eval_field(nd, src, num, &v, &vlen, NULL, 0) == 0 &&
+            !kt_is_printable(v, vlen))
+            return kt_eval_unprintable(nd, err, errlen);
+    }
+    kt_msg_write(err, errlen, "%s() gives text that is not printable ASCII; wrap it in sha256()",
+                 kt_func_names[t->nodes[call].what]);
+    return -2;
+}
+
+/* Evaluates the sequence from i into out. check: the text appended here
+ * goes into the key as is (no enclosing call), so it must be printable
+ * ASCII. A field is checked as it comes; lower() and trim() are checked on
+ * their result, as trim() may remove what would fail (a trailing tab). */
+static int kt_eval_seq(const key_template *t, int i, const key_source *src, int check, kt_buf *out, char *err,
                        size_t errlen)
 {
     for (; i >= 0; i = t->nodes[i].next) {
@@ -924,22 +961,19 @@ static int kt_eval_seq(const key_template *t, int i, const key_source *src, int 
             const char *v = NULL;
             size_t vlen = 0;
             rc = kt_eval_field(nd, src, num, &v, &vlen, err, errlen);
-            if (rc == 0 && !ascii && !kt_is_printable(v, vlen)) {
-                kt_msg_write(err, errlen,
-                             "%s is not printable ASCII, so the key would not be; wrap it in sha256() "
-                             "(or digits() or domain())",
-                             nd->s);
-                rc = -2;
-            }
+            if (rc == 0 && check && !kt_is_printable(v, vlen))
+                rc = kt_eval_unprintable(nd, err, errlen);
             if (rc == 0)
                 rc = kt_buf_append(out, v, vlen, err, errlen);
         } else {
             kt_buf arg = {0};
-            int cascii = ascii || nd->what == KT_SHA256 || nd->what == KT_DIGITS || nd->what == KT_DOMAIN;
-            rc = kt_eval_seq(t, nd->child, src, cascii, &arg, err, errlen);
+            size_t start = out->len;
+            rc = kt_eval_seq(t, nd->child, src, 0, &arg, err, errlen);
             if (rc == 0)
                 rc = kt_eval_func((kt_func)nd->what, &arg, out, err, errlen);
             free(arg.p);
+            if (rc == 0 && check && !kt_is_printable(out->p + start, out->len - start))
+                rc = kt_eval_culprit(t, i, src, err, errlen);
         }
         if (rc != 0)
             return rc;
@@ -959,7 +993,7 @@ int key_template_eval(const key_template *t, const key_source *src, char *out, s
         return -2;
     }
     kt_buf b = {0};
-    int rc = kt_eval_seq(t, t->first, src, 0, &b, err, errlen);
+    int rc = kt_eval_seq(t, t->first, src, 1, &b, err, errlen);
     if (rc == 0) {
         size_t max = cap - 1 < ONCE_KEY_MAX ? cap - 1 : ONCE_KEY_MAX;
         if (b.len == 0) {

@@ -78,6 +78,17 @@ typedef struct store_op {
     char token_buf[ONCE_TOKEN_LEN + 1];
 } store_op;
 
+/* Queues op for the store's writers and waits until its batch is durable
+ * (or failed); the op's result, with its detail set for this thread. */
+int store_op_submit_wait(batchq *q, store_op *op);
+
+/* Queues a heap copy of op (with copies of what the ledger passed on its
+ * stack) whose callback runs once its batch is durable. 0 or an error. */
+int store_op_submit_async(batchq *q, const store_op *op, once_cb cb, void *ctx);
+
+/* op's result: op->rc, with op->detail made this thread's error detail. */
+int store_op_result(store_op *op);
+
 /* Fails op with code and a detail. */
 void store_op_fail(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -245,54 +245,17 @@ static void pool_put(sq_store *s, sq_conn *c)
 
 static int op_result(store_op *op)
 {
-    if (op->rc < 0)
-        return once_fail(op->rc, "%s", op->detail);
-    return op->rc;
+    return store_op_result(op);
 }
 
 static int run_write(sq_store *s, store_op *op)
 {
-    int rc = bq_submit_wait(&s->queue, &op->item);
-    if (rc < 0)
-        return once_fail(rc, "the store is closing");
-    return op_result(op);
+    return store_op_submit_wait(&s->queue, op);
 }
 
-static void async_done(bq_item *item)
-{
-    store_op *op = (store_op *)item;
-    op->cb(op->cb_ctx, op->rc, op->rc < 0 ? op->detail : "");
-    free(op);
-}
-
-/* Queues a heap copy of op whose callback runs after the commit. */
 static int run_async(sq_store *s, const store_op *op, once_cb cb, void *ctx)
 {
-    store_op *h = malloc(sizeof *h);
-    if (!h)
-        return once_fail(ONCE_ENOMEM, "out of memory");
-    *h = *op;
-    h->item.on_done = async_done;
-    h->cb = cb;
-    h->cb_ctx = ctx;
-    if (op->rreq) {
-        h->rreq_copy = *op->rreq;
-        h->rreq = &h->rreq_copy;
-    }
-    if (op->token) {
-        snprintf(h->token_buf, sizeof h->token_buf, "%s", op->token);
-        h->token = h->token_buf;
-    }
-    if (op->ev_in) {
-        h->ev_in_copy = *op->ev_in;
-        h->ev_in = &h->ev_in_copy;
-    }
-    int rc = bq_submit(&s->queue, &h->item);
-    if (rc < 0) {
-        free(h);
-        return once_fail(rc, "the store is closing");
-    }
-    return ONCE_OK;
+    return store_op_submit_async(&s->queue, op, cb, ctx);
 }
 
 static int run_read(sq_store *s, store_op *op)
