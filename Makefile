@@ -51,6 +51,7 @@ bench: build
 	@bash bench/run.sh $(BUILD)
 	@bash bench/proxy.sh $(BUILD)
 	@bash bench/hooks.sh $(BUILD)
+	@bash bench/pg.sh $(BUILD)
 
 valgrind: build
 	@bash scripts/valgrind $(BUILD)
