@@ -291,6 +291,11 @@ int once_sweep(once_store *store, int64_t now, size_t *count);
  * to HELD with reason. *count (may be NULL) gets how many moved. */
 int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
 
+/* As once_hold_unknown for every scope except the nexcept listed (scopes
+ * whose unknown actions a provider lookup settles instead). */
+int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
+                             size_t *count);
+
 /* ---- reconciliation: ask the provider, never resend --------------------- */
 
 /* Claims up to max UNKNOWN actions of scope whose next lookup is due: each

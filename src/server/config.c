@@ -1268,7 +1268,7 @@ static int config_set_up_lookup_absent(config_ctx *c, const char *v)
         size_t sl = len < sizeof shown - 1 ? len : sizeof shown - 1;
         memcpy(shown, b, sl);
         shown[sl] = '\0';
-        uint64_t code;
+        uint64_t code = 0;
         const char *after = len > 0 ? config_parse_digits(b, 999, &code) : NULL;
         if (len == 0) {
             config_fail(c, "%s: item %zu is empty (write 404 | json-empty:/data)", c->key, nth);

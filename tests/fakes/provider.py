@@ -16,6 +16,14 @@ headers so that a test can ask for it through the gateway:
     X-Fake-Body-Size: N       answer a JSON body of exactly N bytes (a padded echo)
     X-Fake-Echo-Body: 1       answer the request body itself as application/octet-stream
     X-Fake-Header: Name: v    add a header to the answer (may repeat)
+    X-Fake-Stall-Ms: N        wait N ms before anything else (before the effect is recorded;
+                              with X-Fake-Close: before-effect the effect is then never recorded)
+    X-Fake-Total-Tokens: N    usage.total_tokens of a chat completion (default 123)
+
+Chat completions: an effect to a path ending in /chat/completions is answered like an LLM
+API, {"id":"chatcmpl-N","object":"chat.completion","choices":[{"message":{"content":
+"generation N ..."}}],"usage":{"prompt_tokens","completion_tokens","total_tokens"}}, so each
+generation differs (a replay is recognisable) and total_tokens is what it "cost".
 
 The same faults can be queued for the next effects with POST /_fake/faults
 {"faults":[{"delay_ms":..,"status":..,"close":..,"hang":..,"body_size":..}, ...]}
@@ -33,15 +41,33 @@ first request is still being processed gets 409. The stored answer is decided wh
 the effect is recorded, so a first request that was closed or hung still leaves
 the answer that a retry gets.
 
+Lookup endpoints (for reconciliation: "did this effect happen?"; never effects, not in
+/_fake/requests, logged in /_fake/lookups):
+    GET /v1/lookup?ref=V[&by=B]   {"data":[{"id":"eff_N","seq":N,"object":"effect",
+                                  "method","path","status":"succeeded"}]} for every effect
+                                  matching V, else {"data":[]}
+    GET /v1/effects/REF[?by=B]    200 {"id":"eff_N",...} for the first match, else 404
+  B says what V is compared with: "key" (default: the effect's --key-header header),
+  "json:/pointer" (a string or integer in the effect's JSON body), or "header:Name".
+  Lookup faults: a query parameter fake_status=N answers N; POST /_fake/lookup-mode
+  {"status":N,"close":bool,"delay_ms":N,"body":str} applies to every lookup until reset
+  or {} is posted; POST /_fake/lookup-faults {"faults":[{...}, ...]} queues one-shot
+  faults (same members) used before the mode. A fault "status" answers
+  {"error":"injected"} with that status; "body" replaces the answer body; "close"
+  closes without an answer.
+
 Control endpoints (never recorded as effects):
     GET  /_fake/effects    JSON list of effects: seq, id, method, path, query, headers
                            (lower-case names), raw_headers, body or body_base64,
                            idempotency_key, time
     GET  /_fake/count      {"count": N}
     GET  /_fake/requests   every request seen except /_fake/ ones (effects and safe ones)
-    GET  /_fake/stats      {"count","requests","in_flight","max_in_flight","native_replays"}
+    GET  /_fake/stats      {"count","requests","in_flight","max_in_flight","native_replays",
+                           "lookups"}
+    GET  /_fake/lookups    every lookup: method, path, query, headers (lower-case), time, status
     POST /_fake/reset      forget everything (effects, requests, native keys, queued faults)
     POST /_fake/faults     queue faults, see above
+    POST /_fake/lookup-mode, /_fake/lookup-faults   lookup faults, see above
 
 Run: /usr/bin/python3 tests/fakes/provider.py --port N [--native] [--key-header NAME]
 With --port 0 a free port is chosen. Either way the first line on stdout is
@@ -77,6 +103,9 @@ class _State:
             self.in_flight = 0
             self.max_in_flight = 0
             self.native_replays = 0
+            self.lookups = []
+            self.lookup_faults = []
+            self.lookup_mode = {}
 
 
 def _body_json(obj):
@@ -185,8 +214,28 @@ class _Handler(BaseHTTPRequestHandler):
                     "in_flight": st.in_flight,
                     "max_in_flight": st.max_in_flight,
                     "native_replays": st.native_replays,
+                    "lookups": len(st.lookups),
                 }
             return self._send(200, [("Content-Type", "application/json")], _body_json(data))
+        if method == "GET" and path == "/_fake/lookups":
+            with st.lock:
+                data = list(st.lookups)
+            return self._send(200, [("Content-Type", "application/json")], _body_json(data))
+        if method == "POST" and path in ("/_fake/lookup-mode", "/_fake/lookup-faults"):
+            try:
+                doc = json.loads(body or b"{}")
+                assert isinstance(doc, dict)
+                if path == "/_fake/lookup-faults":
+                    faults = doc.get("faults", [])
+                    assert isinstance(faults, list) and all(isinstance(f, dict) for f in faults)
+            except Exception:
+                return self._send(400, [("Content-Type", "application/json")], b'{"error":"bad lookup faults"}')
+            with st.lock:
+                if path == "/_fake/lookup-mode":
+                    st.lookup_mode = doc
+                else:
+                    st.lookup_faults.extend(faults)
+            return self._send(200, [("Content-Type", "application/json")], _body_json({"ok": True}))
         if method == "POST" and path == "/_fake/reset":
             st.reset()
             return self._send(200, [("Content-Type", "application/json")], _body_json({"ok": True}))
@@ -203,6 +252,70 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- requests -----------------------------------------------------------
 
+    # --- lookups ------------------------------------------------------------
+
+    @staticmethod
+    def _matches(rec, by, ref, key_header):
+        if by in ("", "key"):
+            return rec.get("idempotency_key") == ref
+        if by.startswith("header:"):
+            return rec["headers"].get(by[7:].lower()) == ref
+        if by.startswith("json:"):
+            try:
+                doc = json.loads(rec.get("body") or "")
+            except ValueError:
+                return False
+            for tok in by[5:].split("/")[1:] if by[5:] else []:
+                tok = tok.replace("~1", "/").replace("~0", "~")
+                if isinstance(doc, dict) and tok in doc:
+                    doc = doc[tok]
+                elif isinstance(doc, list) and tok.isdigit() and int(tok) < len(doc):
+                    doc = doc[int(tok)]
+                else:
+                    return False
+            if isinstance(doc, bool) or not isinstance(doc, (str, int)):
+                return False
+            return str(doc) == ref
+        return False
+
+    def _lookup(self, method, path, query):
+        st = self.server.state
+        params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+        if path == "/v1/lookup":
+            ref, single = params.get("ref"), False
+        else:
+            ref, single = urllib.parse.unquote(path[len("/v1/effects/"):]), True
+        by = params.get("by", "key")
+        lower = {k.lower(): v for k, v in self.headers.items()}
+        entry = {"method": method, "path": path, "query": query, "headers": lower, "time": time.time(),
+                 "ref": ref, "by": by}
+        with st.lock:
+            fault = st.lookup_faults.pop(0) if st.lookup_faults else dict(st.lookup_mode)
+            matches = [e for e in st.effects if ref is not None and self._matches(e, by, ref, st.key_header)]
+            st.lookups.append(entry)
+        if "fake_status" in params:
+            fault = dict(fault, status=int(params["fake_status"]))
+        if fault.get("delay_ms"):
+            if st.stopping.wait(int(fault["delay_ms"]) / 1000.0):
+                return self._abort()
+        if fault.get("close"):
+            entry["status"] = "closed"
+            return self._abort()
+        items = [{"id": e["id"], "seq": e["seq"], "object": "effect", "method": e["method"],
+                  "path": e["path"], "status": "succeeded"} for e in matches]
+        if fault.get("status"):
+            status, rbody = int(fault["status"]), _body_json({"error": "injected"})
+        elif single:
+            status = 200 if items else 404
+            rbody = _body_json(items[0] if items else {"error": {"type": "not_found", "ref": ref}})
+        else:
+            status, rbody = 200, _body_json({"object": "list", "data": items})
+        if "body" in fault:
+            rbody = fault["body"].encode() if isinstance(fault["body"], str) else _body_json(fault["body"])
+        entry["status"] = status
+        return self._send(status, [("Content-Type", "application/json"), ("X-Provider-Request", "lookup")],
+                          rbody, head_only=method == "HEAD")
+
     def _faults_from_headers(self):
         h = self.headers
         return {
@@ -213,6 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
             "body_size": int(h["X-Fake-Body-Size"]) if h.get("X-Fake-Body-Size") else None,
             "echo_body": (h.get("X-Fake-Echo-Body") or "").strip() not in ("", "0"),
             "headers": [v.split(":", 1) for v in h.get_all("X-Fake-Header", []) if ":" in v],
+            "stall_ms": int(h.get("X-Fake-Stall-Ms") or 0),
+            "total_tokens": int(h.get("X-Fake-Total-Tokens") or 123),
         }
 
     def _handle(self):
@@ -223,8 +338,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         if path.startswith("/_fake/"):
             return self._control(method, path, body)
+        if method in ("GET", "HEAD", "POST") and (path == "/v1/lookup" or path.startswith("/v1/effects/")):
+            return self._lookup(method, path, query)
 
         faults = self._faults_from_headers()
+        if faults["stall_ms"] > 0 and st.stopping.wait(faults["stall_ms"] / 1000.0):
+            return self._abort()
         is_effect = method not in SAFE_METHODS
         if is_effect:
             with st.lock:
@@ -344,6 +463,15 @@ class _Handler(BaseHTTPRequestHandler):
             "body": rec.get("body"),
         }
         obj = {"id": rec.get("id"), "echo": echo}
+        if seq is not None and rec["path"].endswith("/chat/completions"):
+            total = faults.get("total_tokens", 123)
+            prompt = total // 3
+            obj = {"id": f"chatcmpl-{seq}", "object": "chat.completion", "provider_effect": rec.get("id"),
+                   "choices": [{"index": 0, "finish_reason": "stop",
+                                "message": {"role": "assistant",
+                                            "content": f"generation {seq}: a fresh plan"}}],
+                   "usage": {"prompt_tokens": prompt, "completion_tokens": total - prompt,
+                             "total_tokens": total}}
         rbody = _body_json(obj)
         n = faults["body_size"]
         if n is not None:

@@ -43,15 +43,38 @@ def ledger_tool_bin(once_bin):
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _drop_pg_schemas():
+    """The PostgreSQL schemas the tests made are dropped at the end."""
+    yield
+    from gateway import drop_pg_schemas
+    drop_pg_schemas()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def store_kind(request):
+    """The store under test: "sqlite" (a file) or "postgres" (a schema of its own on
+    $ONCE_TEST_PG_URL; skipped with a reason when that is not set). Module scope, so that
+    a module's shared gateway runs once per store kind."""
+    from gateway import NO_PG_REASON, pg_base_url
+    if request.param == "postgres" and not pg_base_url():
+        pytest.skip(NO_PG_REASON)
+    return request.param
+
+
 @pytest.fixture
 def store_path(tmp_path):
     return tmp_path / "ledger.db"
 
 
 @pytest.fixture
-def store(store_path):
-    """A URL of a fresh SQLite store in a temporary directory."""
-    return f"sqlite:{store_path}"
+def store(store_kind, store_path):
+    """A URL of a fresh store: an SQLite file in a temporary directory, or a fresh
+    PostgreSQL schema (see store_kind)."""
+    if store_kind == "sqlite":
+        return f"sqlite:{store_path}"
+    from gateway import store_url
+    return store_url("postgres", store_path.parent)
 
 
 def _clean_env(extra=None):

@@ -93,6 +93,54 @@ def closed_port():
     return free_port()
 
 
+# --------------------------------------------------------------------------- stores
+
+STORE_KINDS = ("sqlite", "postgres")
+PG_URL_ENV = "ONCE_TEST_PG_URL"
+NO_PG_REASON = (f"{PG_URL_ENV} is not set: no PostgreSQL to test against "
+                "(scripts/test starts one with scripts/pg)")
+
+# Schemas made by store_url, dropped at the end of the session (conftest.py).
+pg_schemas_made = []
+
+
+def pg_base_url():
+    """$ONCE_TEST_PG_URL (a postgres:// URL without once_schema), or None."""
+    return os.environ.get(PG_URL_ENV) or None
+
+
+def store_url(kind, workdir):
+    """A fresh store of the given kind: an SQLite file in workdir, or a PostgreSQL
+    schema of its own (created by the store on open). Skips without a PostgreSQL."""
+    if kind == "sqlite":
+        return f"sqlite:{Path(workdir) / 'once.db'}"
+    if kind != "postgres":
+        raise ValueError(f"unknown store kind {kind!r}")
+    base = pg_base_url()
+    if not base:
+        pytest.skip(NO_PG_REASON)
+    schema = f"t_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    pg_schemas_made.append(schema)
+    return f"{base}{'&' if '?' in base else '?'}once_schema={schema}"
+
+
+def drop_pg_schemas():
+    """Drops the schemas store_url made (best effort: the server may be throwaway)."""
+    base = pg_base_url()
+    names, pg_schemas_made[:] = list(pg_schemas_made), []
+    if not base or not names:
+        return
+    import glob
+    psql = sorted(glob.glob("/usr/lib/postgresql/*/bin/psql")) or ["psql"]
+    sql = "SET client_min_messages = warning;\n" + "".join(
+        f"DROP SCHEMA IF EXISTS {n} CASCADE;\n" for n in names)
+    try:
+        subprocess.run([psql[-1], "-q", "-X", "-d", base], input=sql, text=True, capture_output=True,
+                       timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def new_key(prefix="k"):
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
@@ -206,11 +254,14 @@ def write_config(path, server, upstreams):
 class Gateway:
     """One `once serve` on a config of its own in workdir; restartable on the same store."""
 
-    def __init__(self, workdir, upstreams, server=None, port=None):
+    def __init__(self, workdir, upstreams, server=None, port=None, store_kind="sqlite", store=None):
+        """store_kind: "sqlite" (a file in workdir) or "postgres" (a schema of its own on
+        $ONCE_TEST_PG_URL); store: an explicit store URL instead."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        self.store = f"sqlite:{self.workdir / 'once.db'}"
+        self.store_kind = store_kind
+        self.store = store or store_url(store_kind, self.workdir)
         self.server_cfg = {
             "listen": f"127.0.0.1:{self.port}",
             "store": self.store,

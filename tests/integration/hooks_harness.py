@@ -42,8 +42,8 @@ def write_hook_config(path, server, upstreams, sources):
 class HookGateway(Gateway):
     """A Gateway with webhook sources: sources = {name: {key: value}}."""
 
-    def __init__(self, workdir, sources, upstreams=None, server=None, port=None):
-        super().__init__(workdir, upstreams or {}, server=server, port=port)
+    def __init__(self, workdir, sources, upstreams=None, server=None, port=None, store_kind="sqlite"):
+        super().__init__(workdir, upstreams or {}, server=server, port=port, store_kind=store_kind)
         self.sources = sources
         self.write_config()
 

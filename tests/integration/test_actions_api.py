@@ -24,10 +24,10 @@ def provider():
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, provider):
+def gw(tmp_path_factory, provider, store_kind):
     require_serve()
     g = Gateway(tmp_path_factory.mktemp("actions"), {"demo": {"url": provider.url}},
-                server={"loop_interval": "200ms", "max_body": "64KiB"})
+                server={"loop_interval": "200ms", "max_body": "64KiB"}, store_kind=store_kind)
     g.start()
     yield g
     rc = g.stop()

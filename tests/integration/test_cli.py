@@ -590,9 +590,23 @@ def test_store_not_sqlite(cli, tmp_path, cmd):
     assert bogus.read_bytes() == content  # left untouched
 
 
+def _closed_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize("cmd", [["ls"], ["show", "pay", "k"], ["gc"]])
-def test_store_postgres_not_supported(cli, cmd):
-    assert_error(cli(*cmd, "--store", "postgres://x"), 2, "not supported")
+def test_store_postgres_unreachable(cli, cmd):
+    url = f"postgres://postgres@127.0.0.1:{_closed_port()}/once"
+    assert_error(cli(*cmd, "--store", url), 2, url)
+
+
+@pytest.mark.parametrize("cmd", [["ls"], ["show", "pay", "k"], ["gc"]])
+def test_store_postgres_bad_schema_name(cli, cmd):
+    assert_error(cli(*cmd, "--store", "postgres://postgres@127.0.0.1:1/once?once_schema=Bad-Name"), 2,
+                 "once_schema")
 
 
 def test_store_bad_url(cli):

@@ -659,8 +659,13 @@ def test_store_not_sqlite(cli, tmp_path, cmd):
 
 
 @pytest.mark.parametrize("cmd", STORE_CMDS)
-def test_store_postgres_not_supported(cli, cmd):
-    assert_error(cli(*cmd, "--store", "postgres://x"), 2, "not supported")
+def test_store_postgres_unreachable(cli, cmd):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgres://postgres@127.0.0.1:{port}/once"
+    assert_error(cli(*cmd, "--store", url), 2, url)
 
 
 def test_default_store_is_once_db_in_cwd(cli, ledger_tool_bin):

@@ -23,9 +23,10 @@ def provider():
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, provider):
+def gw(tmp_path_factory, provider, store_kind):
     require_serve()
-    g = Gateway(tmp_path_factory.mktemp("conc"), {"demo": {"url": provider.url, "timeout": "30s"}})
+    g = Gateway(tmp_path_factory.mktemp("conc"), {"demo": {"url": provider.url, "timeout": "30s"}},
+                store_kind=store_kind)
     g.start()
     yield g
     rc = g.stop()

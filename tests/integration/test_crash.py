@@ -38,14 +38,15 @@ def native_provider():
 
 
 @pytest.fixture
-def gw(tmp_path, provider, native_provider):
+def gw(tmp_path, provider, native_provider, store_kind):
     require_serve()
     ups = {
         "demo": {"url": provider.url, "timeout": "2s", "lease": f"{LEASE_S}s"},
         "native": {"url": native_provider.url, "timeout": "2s", "lease": f"{LEASE_S}s",
                    "forward_key_as": "Idempotency-Key"},
     }
-    g = Gateway(tmp_path / "gw", ups, server={"loop_interval": f"{int(LOOP_S * 1000)}ms"})
+    g = Gateway(tmp_path / "gw", ups, server={"loop_interval": f"{int(LOOP_S * 1000)}ms"},
+                store_kind=store_kind)
     g.start()
     yield g
     if g.alive():

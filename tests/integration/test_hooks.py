@@ -128,7 +128,7 @@ def stop_clean(gw):
 # =========================================================================== signatures
 
 @pytest.fixture(scope="module")
-def sig_gw(tmp_path_factory):
+def sig_gw(tmp_path_factory, store_kind):
     require_serve()
     sources = {
         "gh": {"verify": "github", "secret": GH_SECRET},
@@ -144,7 +144,7 @@ def sig_gw(tmp_path_factory):
         "hmachex": {"verify": "hmac-sha256", "secret": HMAC_SECRET, "signature_header": "X-Signature",
                     "event_id": "json:/data/id"},
     }
-    g = HookGateway(tmp_path_factory.mktemp("sig") / "gw", sources)
+    g = HookGateway(tmp_path_factory.mktemp("sig") / "gw", sources, store_kind=store_kind)
     g.start()
     yield g
     stop_clean(g)
@@ -590,12 +590,12 @@ def push_source(agent_url, **kw):
 
 
 @pytest.fixture
-def make_gw(tmp_path):
+def make_gw(tmp_path, store_kind):
     made = []
 
     def make(sources, server=None, start=True):
         require_serve()
-        g = HookGateway(tmp_path / f"gw{len(made)}", sources, server=server)
+        g = HookGateway(tmp_path / f"gw{len(made)}", sources, server=server, store_kind=store_kind)
         made.append(g)
         if start:
             g.start()

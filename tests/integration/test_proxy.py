@@ -31,7 +31,7 @@ def native_provider():
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, provider, native_provider):
+def gw(tmp_path_factory, provider, native_provider, store_kind):
     require_serve()
     base = {
         "url": provider.url,
@@ -54,7 +54,7 @@ def gw(tmp_path_factory, provider, native_provider):
         "tiny": dict(base, max_response="1KiB"),
         "custom": dict(base, release_on=[418], unknown_on=[599]),
     }
-    g = Gateway(tmp_path_factory.mktemp("proxy"), ups, server={"max_body": "1MiB"})
+    g = Gateway(tmp_path_factory.mktemp("proxy"), ups, server={"max_body": "1MiB"}, store_kind=store_kind)
     g.start()
     yield g
     rc = g.stop()

@@ -28,7 +28,7 @@ def provider():
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, provider):
+def gw(tmp_path_factory, provider, store_kind):
     """A gateway with tokens and an upstream on its own listener."""
     require_serve()
     d = tmp_path_factory.mktemp("ops")
@@ -39,7 +39,7 @@ def gw(tmp_path_factory, provider):
         "demo": {"url": provider.url, "header": ["X-Injected: yes"], "listen": f"127.0.0.1:{up_port}"},
         "metered": {"url": provider.url},
     }
-    g = Gateway(d, ups, server={"tokens_file": str(tokens)})
+    g = Gateway(d, ups, server={"tokens_file": str(tokens)}, store_kind=store_kind)
     g.up_url = f"http://127.0.0.1:{up_port}"
     g.start()
     yield g
@@ -325,9 +325,10 @@ def _connect_refused(port):
         s.close()
 
 
-def test_sigterm_lets_in_flight_calls_finish_and_exits_0(tmp_path, provider):
+def test_sigterm_lets_in_flight_calls_finish_and_exits_0(tmp_path, provider, store_kind):
     require_serve()
-    g = Gateway(tmp_path / "gw", {"demo": {"url": provider.url}}, server={"shutdown_grace": "20s"})
+    g = Gateway(tmp_path / "gw", {"demo": {"url": provider.url}}, server={"shutdown_grace": "20s"},
+                store_kind=store_kind)
     g.start()
     key = new_key()
     out = {}
@@ -361,9 +362,9 @@ def test_sigterm_lets_in_flight_calls_finish_and_exits_0(tmp_path, provider):
     assert not g.sanitizer_reports(), g.stderr(all_runs=True)[-6000:]
 
 
-def test_sigterm_idle_exits_0_quickly(tmp_path, provider):
+def test_sigterm_idle_exits_0_quickly(tmp_path, provider, store_kind):
     require_serve()
-    g = Gateway(tmp_path / "gw", {"demo": {"url": provider.url}})
+    g = Gateway(tmp_path / "gw", {"demo": {"url": provider.url}}, store_kind=store_kind)
     g.start()
     t0 = time.monotonic()
     g.terminate()
@@ -373,10 +374,10 @@ def test_sigterm_idle_exits_0_quickly(tmp_path, provider):
     assert not g.sanitizer_reports(), g.stderr()[-6000:]
 
 
-def test_sigterm_grace_exceeded_exits_and_call_is_never_resent(tmp_path, provider):
+def test_sigterm_grace_exceeded_exits_and_call_is_never_resent(tmp_path, provider, store_kind):
     require_serve()
     g = Gateway(tmp_path / "gw", {"demo": {"url": provider.url, "timeout": "3s", "lease": "4s"}},
-                server={"shutdown_grace": "1s", "loop_interval": "200ms"})
+                server={"shutdown_grace": "1s", "loop_interval": "200ms"}, store_kind=store_kind)
     g.start()
     key = new_key()
     out = {}
