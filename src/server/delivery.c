@@ -17,6 +17,7 @@
 
 #include <openssl/rand.h>
 
+#include "ledger/fault.h"
 #include "server/hooks.h"
 #include "server/log.h"
 
@@ -174,6 +175,7 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
     c->max_response = 64 * 1024;
     c->done = on_delivered;
     c->ctx = j;
+    FAULT_POINT("before_delivery");
     if (bad || outbound_submit(d->srv->ob, c) < 0) {
         /* Not sent: the claim is given back now rather than at its lease,
          * and it counts as an attempt, so a delivery that can never start
@@ -187,6 +189,7 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
     }
     src->in_flight++;
     d->running++;
+    FAULT_POINT("during_delivery");
     return 0;
 }
 

@@ -16,6 +16,7 @@
 
 #include <openssl/evp.h>
 
+#include "ledger/fault.h"
 #include "ledger/key_template.h"
 #include "server/log.h"
 #include "server/pct.h"
@@ -318,6 +319,8 @@ static void answer_existing(proxy *px)
 static void on_recorded(void *ctx, int rc, const char *detail)
 {
     proxy *px = ctx;
+    if (rc == ONCE_OK)
+        FAULT_POINT("after_record");
     req *r = px->r;
     metrics *m = r->srv->metrics;
     const char *name = px->up->name;
@@ -402,6 +405,7 @@ static void on_upstream_done(out_call *c)
 {
     proxy *px = c->ctx;
     req *r = px->r;
+    FAULT_POINT("after_upstream");
     r->upstream_ms = c->seconds * 1e3;
     metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
     /* why must outlive the asynchronous record: it lives in the call. */
@@ -458,6 +462,7 @@ static void on_reserved(void *ctx, int rc, const char *detail)
         return;
     }
     if (px->res.status == ONCE_RESERVED) {
+        FAULT_POINT("after_reserve");
         metrics_action(px->r->srv->metrics, px->up->name, MO_NEW);
         forward(px, on_upstream_done);
     } else {

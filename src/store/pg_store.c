@@ -26,6 +26,7 @@
 
 #include <libpq-fe.h>
 
+#include "ledger/fault.h"
 #include "store/op.h"
 #include "store/pg_schema.h"
 #include "store/store.h"
@@ -766,6 +767,7 @@ static batch_result batch_pipeline(PGconn *c, store_op **ops, size_t n, char *er
         if (rc < 0)
             break; /* connection trouble: found when reading */
     }
+    FAULT_POINT("before_commit");
     send_simple(c, "COMMIT");
     PQpipelineSync(c);
 
@@ -878,6 +880,7 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
         double t0 = mono_seconds();
         batch_result br = batch_pipeline(*conn, ops, n, err, sizeof err);
         if (br == BATCH_OK) {
+            FAULT_POINT("after_commit");
             once_commit_hook hook = s->base.commit_hook;
             if (hook)
                 hook(s->base.commit_hook_ctx, n, mono_seconds() - t0);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ledger/fault.h"
 #include "store/sqlite_ops.h"
 #include "store/sqlite_schema.h"
 #include "store/store.h"
@@ -120,6 +121,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
             return;
         }
     }
+    FAULT_POINT("before_commit");
     if (tx_exec(db, "COMMIT", &sqlrc) < 0) {
         char msg[ONCE_DETAIL_MAX];
         snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(db));
@@ -127,6 +129,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
         batch_void(ops, n, code_of(sqlrc), "commit", msg);
         return;
     }
+    FAULT_POINT("after_commit");
     once_commit_hook hook = s->base.commit_hook;
     if (hook)
         hook(s->base.commit_hook_ctx, n, mono_seconds() - t0);
