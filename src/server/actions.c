@@ -158,8 +158,11 @@ static void reserve_answer(act *a)
     switch (res->status) {
     case ONCE_RESERVED:
         metrics_action(m, a->scope, MO_NEW);
-        req_json(r, 201, json_pack("{s:s, s:s, s:I, s:o}", "status", "reserved", "token", res->token, "attempt",
-                                   (json_int_t)res->attempt, "lease_expires_at", time_json(res->lease_expires_at)));
+        /* The key goes back too: with a key_template the agent did not
+         * write it, and complete/release need it. */
+        req_json(r, 201, json_pack("{s:s, s:s, s:s, s:I, s:o}", "status", "reserved", "key", a->key, "token",
+                                   res->token, "attempt", (json_int_t)res->attempt, "lease_expires_at",
+                                   time_json(res->lease_expires_at)));
         return;
     case ONCE_COMPLETED: {
         metrics_action(m, a->scope, res->fingerprint_mismatch ? MO_MISMATCH : MO_REPLAYED);

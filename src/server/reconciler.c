@@ -95,11 +95,18 @@ static const char *meta_header(json_t *meta, const char *name, size_t nlen)
  * from the stored original request. -1 with why when a field is missing. */
 static int lookup_url(const upstream_cfg *up, const once_action *a, buf *out, char *why, size_t whylen)
 {
-    json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, 0, NULL) : NULL;
+    json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, JSON_DECODE_ANY, NULL) : NULL;
     json_t *body = NULL;
-    const char *btext = json_string_value(json_object_get(meta, "body"));
-    if (btext)
-        body = json_loads(btext, JSON_DECODE_ANY, NULL);
+    if (json_object_get(meta, "target")) {
+        /* The proxy stores {method, target, headers, body}: fields come
+         * from the body it forwarded. */
+        const char *btext = json_string_value(json_object_get(meta, "body"));
+        if (btext)
+            body = json_loads(btext, JSON_DECODE_ANY, NULL);
+    } else if (meta) {
+        /* The actions API stores the agent's "request" as it is. */
+        body = json_incref(meta);
+    }
     int rc = buf_append_str(out, up->url, URL_MAX);
     for (const char *p = up->lookup_path; rc == 0 && *p;) {
         if (*p != '{') {

@@ -223,6 +223,7 @@ static const char *const migrations[] = {
     "  UPDATE actions SET state = p_outcome, has_response = p_has, resp_status = p_status,"
     "   resp_headers = p_headers, resp_body = p_body, provider_id = p_provider, updated_at = p_now,"
     "   expires_at = p_now + retention_ms, note = COALESCE(note, 'reconciled by a provider lookup'),"
+    "   lookups = lookups + 1,"
     "   trail = CASE WHEN p_step IS NULL THEN trail WHEN trail IS NULL THEN p_step"
     "     ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
     "  RETURN 'ok';"

@@ -75,6 +75,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RC_CLAIM] = "UPDATE actions SET lookup_next_at = ?2 WHERE id = ?1",
     [ST_RC_SETTLE] = "UPDATE actions SET state = ?2, has_response = ?3, resp_status = ?4, resp_headers = ?5, "
                      "resp_body = ?6, provider_id = ?7, updated_at = ?8, expires_at = ?8 + retention_ms, "
+                     "lookups = lookups + 1, "
                      "note = COALESCE(note, 'reconciled by a provider lookup'), "
                      "trail = CASE WHEN ?9 IS NULL THEN trail WHEN trail IS NULL THEN ?9 ELSE trail || char(10) || ?9 END "
                      "WHERE id = ?1",
