@@ -384,7 +384,9 @@ typedef struct once_event_in {
  * changed). */
 int once_event_insert(once_store *store, const once_event_in *ev, int *inserted);
 /* As once_event_insert, answering through cb once durable (see the
- * asynchronous variants below); *inserted is set before cb runs. */
+ * asynchronous variants below); *inserted is set before cb runs. Returns 1
+ * when a read already found the event (a duplicate: *inserted = 0, cb will
+ * not run): redeliveries then cost no write and no fsync. */
 int once_event_insert_async(once_store *store, const once_event_in *ev, int *inserted, once_cb cb, void *ctx);
 
 /* Claims up to max pending events of source that are due (next_at <= now)

@@ -259,6 +259,10 @@ void hooks_ingest(req *r, const char *source)
                             .body_len = r->body.len,
                             .retention_ms = src->cfg->retention_ms};
     int rc = once_event_insert_async(srv->store, &g->in, &g->inserted, on_inserted, g);
+    if (rc == 1) {
+        on_inserted(g, ONCE_OK, ""); /* a duplicate, answered by a read */
+        return;
+    }
     if (rc < 0) {
         if (rc == ONCE_EINVAL)
             req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());

@@ -91,6 +91,7 @@ static const stmt_def stmts[] = {
                  "e.state, e.attempt, e.received_at, e.updated_at, e.next_at, e.claim_until, e.receipt, "
                  "e.delivered_at, e.expires_at, e.retention_ms, e.content_type, e.headers, e.body, e.error"},
     {"ev_settle", "SELECT once_event_settle($1, $2, $3, $4, $5, $6, $7, $8)"},
+    {"ev_exists", "SELECT 1 FROM events WHERE source = $1 AND event_id = $2"},
     {"ev_get", "SELECT " E_COLS " FROM events WHERE source = $1 AND event_id = $2"},
     {"ev_list", "SELECT " E_COLS " FROM events WHERE id > $1 AND ($2::text IS NULL OR source = $2) "
                 "AND ($3::text IS NULL OR state = $3) ORDER BY id LIMIT $4"},
@@ -1147,6 +1148,20 @@ static int pgs_event_insert(once_store *st, const once_event_in *ev, int64_t now
                             void *ctx)
 {
     store_op op = {.kind = OP_EV_INSERT, .now = now, .ev_in = ev, .inserted = inserted};
+    /* A redelivered event is found by one indexed read: no transaction. */
+    params p = {.n = 0};
+    p_text(&p, ev->source);
+    p_text(&p, ev->event_id);
+    PGresult *res;
+    int rc = read_exec(pg(st), "ev_exists", &p, &res);
+    if (rc < 0)
+        return rc;
+    int found = PQntuples(res) > 0;
+    PQclear(res);
+    if (found) {
+        *inserted = 0;
+        return cb ? 1 : ONCE_OK;
+    }
     return cb ? run_async(pg(st), &op, cb, ctx) : run_write(pg(st), &op);
 }
 

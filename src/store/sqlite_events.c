@@ -40,6 +40,7 @@ static const char *const ev_sql[EV_COUNT] = {
                   "content_type, headers, body) VALUES (?1, ?2, 'pending', ?3, ?3, ?3, ?4, ?5, ?6, ?7) "
                   "ON CONFLICT (source, event_id) DO NOTHING",
     [EV_SELECT] = "SELECT " EV_COLS " FROM events WHERE source = ?1 AND event_id = ?2",
+    [EV_EXISTS] = "SELECT 1 FROM events WHERE source = ?1 AND event_id = ?2",
     [EV_SELECT_ID] = "SELECT " EV_COLS " FROM events WHERE id = ?1",
     [EV_DUE] = "SELECT id FROM events WHERE source = ?1 AND state = 'pending' AND next_at <= ?2 "
                "AND claim_until <= ?2 ORDER BY next_at, id LIMIT ?3",
@@ -109,6 +110,24 @@ static int ev_decode(sqlite3_stmt *st, once_event *e)
         return ONCE_ENOMEM;
     }
     return ONCE_OK;
+}
+
+/* Is (source, event_id) stored? 1 yes, 0 no, -1 error (op failed). */
+int sq_event_exists(sq_conn *c, store_op *op, const char *source, const char *event_id)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_EXISTS);
+    if (!st)
+        return -1;
+    sq_bind_text(st, 1, source);
+    sq_bind_text(st, 2, event_id);
+    int rc = sqlite3_step(st);
+    sq_done(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    sq_fail_sql(op, c, rc, "event lookup");
+    return -1;
 }
 
 static void op_insert(sq_conn *c, store_op *op)

@@ -413,8 +413,24 @@ static int sqs_reconcile_failed(once_store *st, const char *scope, const char *k
 static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now, int *inserted, once_cb cb,
                             void *ctx)
 {
+    sq_store *s = sq(st);
     store_op op = {.kind = OP_EV_INSERT, .now = now, .ev_in = ev, .inserted = inserted};
-    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
+    /* A redelivered event is found by one indexed read: no write, no fsync. */
+    if (!s->memory) {
+        sq_conn *c;
+        int rc = pool_get(s, &c);
+        if (rc < 0)
+            return rc;
+        int found = sq_event_exists(c, &op, ev->source, ev->event_id);
+        pool_put(s, c);
+        if (found < 0)
+            return op_result(&op);
+        if (found) {
+            *inserted = 0;
+            return cb ? 1 : ONCE_OK;
+        }
+    }
+    return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);
 }
 
 static int sqs_event_claim(once_store *st, const char *source, size_t max, int64_t lease_ms, int64_t now,
