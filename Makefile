@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run demo-ledger test unit integration fuzz bench valgrind clean
+.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench valgrind clean
 
 all: build
 
@@ -25,6 +25,11 @@ build-asan: deps
 # The gateway on SQLite with examples/once.ini, in front of a fake provider.
 run: build
 	@bash scripts/run $(BUILD)
+
+# A simulated agent with retries and crashes against a fake provider, without
+# once and through it: the duplicates each way, and what is left to a human.
+demo: build
+	@bash scripts/demo $(BUILD)
 
 # A tour of the ledger through libonce and the CLI, without HTTP.
 demo-ledger: build

@@ -166,9 +166,11 @@ static int pg_connect(pg_store *s, PGconn **out, int force)
     } else if (PQstatus(c) != CONNECTION_OK) {
         rc = once_fail(ONCE_ESTORE, "store unavailable: %s", pg_msg(PQerrorMessage(c), msg, sizeof msg));
     } else {
-        char sql[128];
-        /* Bounded statements: a stuck query may not hold a thread forever. */
-        snprintf(sql, sizeof sql, "SET statement_timeout = '30s'%s%s%s", s->schema ? "; SET search_path TO \"" : "",
+        char sql[256];
+        /* Bounded statements: a stuck query may not hold a thread forever.
+         * synchronous_commit on: a commit is on the server's disk before
+         * anyone is told a reservation or an outcome is durable. */
+        snprintf(sql, sizeof sql, "SET statement_timeout = '30s'; SET synchronous_commit = on%s%s%s", s->schema ? "; SET search_path TO \"" : "",
                  s->schema ? s->schema : "", s->schema ? "\"" : "");
         PGresult *res = PQexec(c, sql);
         if (PQresultStatus(res) != PGRES_COMMAND_OK)
