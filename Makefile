@@ -61,5 +61,15 @@ bench: build
 valgrind: build
 	@bash scripts/valgrind $(BUILD)
 
+# The chaos suite: SIGKILLs at every phase (a fault-injection build in build/fault),
+# storms, infrastructure faults, on SQLite and PostgreSQL; a table at the end
+# (build/chaos-results.txt). `bash scripts/chaos --ci` runs the fixed CI subset.
+chaos: build-asan
+	@bash scripts/chaos
+
+# A randomised soak with random SIGKILLs of gateway nodes: make soak DURATION=120
+soak:
+	@bash scripts/soak $${DURATION:-60}
+
 clean:
 	rm -rf build
