@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench valgrind clean
+.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench valgrind chaos soak clean
 
 all: build
 

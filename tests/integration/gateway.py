@@ -7,6 +7,10 @@
   repository root) with stderr captured to a file, waits for GET /healthz,
   stops it with SIGTERM (SIGKILL after a timeout), kills it, restarts it on the
   same store, and has small request helpers.
+- Stores: Gateway(store_kind="sqlite") puts the store in a file in its workdir;
+  store_kind="postgres" in a PostgreSQL schema of its own on $ONCE_TEST_PG_URL
+  (skipped when unset). The suites take the kind from conftest's store_kind
+  fixture, which runs them on both.
 
 Everything listens on 127.0.0.1 only and every wait is bounded.
 """

@@ -15,7 +15,13 @@
  * the store: a synchronous write that matches nothing (once_expire_leases at
  * time 0) goes through the same single writer after everything queued
  * before it, and the writer calls the callbacks of a batch before it takes
- * the next one.
+ * the next one. The PostgreSQL store has several writers, so there a flush
+ * only shows that the store still works: every test waits for the callbacks
+ * it expects before it flushes, and never relies on the flush for ordering.
+ *
+ * The P entries run the tests on PostgreSQL (ONCE_TEST_PG_URL; skipped
+ * without it). Like a file store, PostgreSQL answers replays from a read
+ * (once_reserve_async returns 1) and outlives its handle (e->durable).
  */
 #include "helpers.h"
 
@@ -1378,6 +1384,7 @@ static void test_close_right_after_submit(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
 #define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
+/* P(f): f on a PostgreSQL schema of its own (helpers.h; skipped without ONCE_TEST_PG_URL). */
 
 int main(void)
 {

@@ -62,7 +62,26 @@ static void test_bad_urls(void **state)
     expect_open("sqlite:", ONCE_EINVAL);
     expect_open("sqlite", ONCE_EINVAL);
     expect_open("/tmp/x.db", ONCE_EINVAL);
-    expect_open("postgres://localhost/x", ONCE_ENOTSUP);
+    /* PostgreSQL: nothing listens on port 1 (refused at once): ONCE_ESTORE. */
+    expect_open("postgres://postgres@127.0.0.1:1/x", ONCE_ESTORE);
+    expect_open("postgresql://postgres@127.0.0.1:1/x?connect_timeout=5", ONCE_ESTORE);
+    /* once_schema must be 1-63 of [a-z0-9_], given once; refused before connecting. */
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema=Upper", ONCE_EINVAL);
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema=a-b", ONCE_EINVAL);
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema=a%20b", ONCE_EINVAL);
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema=a&once_schema=b", ONCE_EINVAL);
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema="
+                "a123456789012345678901234567890123456789012345678901234567890123",
+                ONCE_EINVAL); /* 64 */
+}
+
+/* An empty once_schema is refused like any other bad name (not passed on to
+ * libpq, which would refuse it as an unknown parameter: ONCE_ESTORE). */
+static void test_pg_empty_schema(void **state)
+{
+    (void)state;
+    expect_open("postgres://postgres@127.0.0.1:1/x?once_schema=", ONCE_EINVAL);
+    expect_open("postgres://postgres@127.0.0.1:1/x?sslmode=disable&once_schema=", ONCE_EINVAL);
 }
 
 static void test_memory_ok(void **state)
@@ -293,6 +312,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_urls),
+        cmocka_unit_test(test_pg_empty_schema),
         cmocka_unit_test(test_memory_ok),
         D(test_missing_directory),
         D(test_path_is_directory),

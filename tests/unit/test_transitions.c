@@ -709,6 +709,7 @@ static void test_empty_response_and_big_request(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
 #define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
+/* P(f): f on a PostgreSQL schema of its own (helpers.h; skipped without ONCE_TEST_PG_URL). */
 
 int main(void)
 {
