@@ -19,7 +19,8 @@ build: deps
 	@ninja -C $(BUILD) -j $(JOBS)
 
 build-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DONCE_SANITIZE=ON -DONCE_WERROR=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DONCE_SANITIZE=ON -DONCE_WERROR=ON \
+	  -DONCE_FAULT_INJECTION=ON >/dev/null
 	@ninja -C $(ASAN_BUILD) -j $(JOBS)
 
 # The gateway on SQLite with examples/once.ini, in front of a fake provider.

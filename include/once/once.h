@@ -142,9 +142,11 @@ typedef struct once_store once_store;
 /* Opens (creating if needed, migrating forward) the store named by url:
  *   sqlite:PATH       a file; WAL, synchronous=FULL, group commit
  *   sqlite::memory:   a private in-memory database (tests)
- *   postgres://...    not supported yet: ONCE_ENOTSUP
+ *   postgres://...    a libpq URL (postgresql:// too); ?once_schema=NAME keeps
+ *                     the tables in that schema ([a-z0-9_]{1,63}, created);
+ *                     group commit over pipelined batches
  * On success *out is a new store, to be closed with once_store_close.
- * Errors: ONCE_EINVAL (bad URL), ONCE_ENOTSUP, ONCE_ESTORE (cannot open,
+ * Errors: ONCE_EINVAL (bad URL), ONCE_ESTORE (cannot open or reach,
  * missing directory, unreadable), ONCE_ENOTDB (not SQLite), ONCE_ESCHEMA
  * (newer schema; the file is left untouched), ONCE_ENOMEM. */
 int once_store_open(const char *url, once_store **out);

@@ -142,6 +142,12 @@ static const char *pg_msg(const char *m, char *buf, size_t len)
 
 /* ---- connections --------------------------------------------------------- */
 
+static void notice_ignore(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 /* Opens and prepares a connection. While the database was just found
  * unreachable, refuses at once (the back-off) instead of waiting again. */
 static int pg_connect(pg_store *s, PGconn **out, int force)
@@ -161,6 +167,11 @@ static int pg_connect(pg_store *s, PGconn **out, int force)
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     char msg[256];
     int rc = ONCE_OK;
+    /* NOTICEs ("already exists, skipping") are not errors; libpq's default
+     * prints them on stderr, in the middle of the CLI's output and the
+     * gateway's JSON log. */
+    if (c)
+        PQsetNoticeProcessor(c, notice_ignore, NULL);
     if (!c) {
         rc = once_fail(ONCE_ENOMEM, "store: out of memory");
     } else if (PQstatus(c) != CONNECTION_OK) {
@@ -1302,7 +1313,7 @@ static int url_split(const char *url, char **libpq_url, char **schema)
     int first = 1;
     for (const char *p = q ? q + 1 : NULL; p && *p;) {
         size_t len = strcspn(p, "&");
-        if (len > 12 && strncmp(p, "once_schema=", 12) == 0) {
+        if (len >= 12 && strncmp(p, "once_schema=", 12) == 0) {
             size_t sl = len - 12;
             if (sl == 0 || sl > SCHEMA_MAX || *schema) {
                 free(u);

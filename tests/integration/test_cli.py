@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 RECORD_FIELDS = {
     "scope", "key", "state", "attempt", "created_at", "updated_at",
     "lease_expires_at", "expires_at", "fingerprint", "provider_id", "error",
-    "note", "response",
+    "note", "response", "lookups", "trail",
 }
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LS_HEADER = ["SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"]
