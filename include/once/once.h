@@ -300,9 +300,12 @@ int once_hold_unknown_except(once_store *store, const char *const *except, size_
 
 /* ---- reconciliation: ask the provider, never resend --------------------- */
 
-/* Claims up to max UNKNOWN actions of scope whose next lookup is due: each
- * is kept from other claimers (other nodes) for lease_ms. */
-int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, once_action_list *out);
+/* Claims up to max UNKNOWN actions of scope whose next lookup is due and
+ * that have been unknown for at least settle_ms (a provider's lookup lags
+ * its writes: asked too soon it says "absent" for a request it is still
+ * processing): each is kept from other claimers (other nodes) for lease_ms. */
+int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                         once_action_list *out);
 
 /* The provider's lookup settled an UNKNOWN action: ONCE_OUTCOME_COMPLETED
  * stores response (may be NULL) and provider_id, so retries replay it;

@@ -347,7 +347,8 @@ int once_hold_unknown_except(once_store *store, const char *const *except, size_
     return rc;
 }
 
-int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, once_action_list *out)
+int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                         once_action_list *out)
 {
     once_detail_clear();
     if (!store || !out)
@@ -358,7 +359,9 @@ int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64
         return rc;
     if (max < 1 || max > LIST_MAX || lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
         return once_fail(ONCE_EINVAL, "reconcile_claim: max 1..%d and a lease of 1 ms to 7 days", LIST_MAX);
-    rc = store->vt->reconcile_claim(store, scope, max, lease_ms, once_now_ms(), out);
+    if (settle_ms < 0 || settle_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "reconcile_claim: settle must be between 0 and 7 days");
+    rc = store->vt->reconcile_claim(store, scope, max, lease_ms, settle_ms, once_now_ms(), out);
     if (rc < 0)
         once_action_list_free(out);
     return rc;

@@ -780,7 +780,13 @@ static int config_set_server_store(config_ctx *c, const char *v)
 
 static int config_set_server_max_body(config_ctx *c, const char *v)
 {
-    return config_want_size(c, v, &c->cfg->max_body);
+    if (config_want_size(c, v, &c->cfg->max_body) != 0)
+        return -1;
+    /* The stored request (a binary body in base64) must fit the ledger's
+     * 16 MiB of request metadata. */
+    if (c->cfg->max_body > (size_t)12 << 20)
+        return config_fail(c, "max_body: at most 12MiB");
+    return 0;
 }
 
 static int config_set_server_lease(config_ctx *c, const char *v)
@@ -2271,6 +2277,17 @@ static int config_finish(config_ctx *c)
         }
         if (config_finish_upstream_keys(c, i) != 0)
             return -1;
+        /* With a lookup, a lease that ends while the call still runs lets
+         * the lookup find nothing yet and free the key: a second send. */
+        if (u->lookup_method && u->lease_ms < u->timeout_ms + CONFIG_LEASE_MARGIN_MS)
+            return config_fail_at(c, config_up_line(c, i, "lease") ? config_up_line(c, i, "lease") : u->line,
+                                  "[upstream.%s]: with a lookup, lease must be at least timeout + 5s (%lld ms)",
+                                  u->name, (long long)(u->timeout_ms + CONFIG_LEASE_MARGIN_MS));
+        /* The ledger stores at most ONCE_BODY_MAX of an answer. */
+        if (u->max_response > ONCE_BODY_MAX)
+            return config_fail_at(c, config_up_line(c, i, "max_response"),
+                                  /* a line: only a set key can exceed the cap */
+                                  "[upstream.%s]: max_response may be at most 64MiB", u->name);
         if ((c->up[i].seen & bit_release) == 0) {
             u->release_on = malloc(sizeof def_release);
             if (u->release_on == NULL)

@@ -304,8 +304,15 @@ void delivery_stop(server *srv)
     pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
+}
+
+void delivery_free(server *srv)
+{
+    delivery *d = srv->delivery;
+    if (!d)
+        return;
+    srv->delivery = NULL;
     pthread_cond_destroy(&d->cv);
     pthread_mutex_destroy(&d->mu);
     free(d);
-    srv->delivery = NULL;
 }

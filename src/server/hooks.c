@@ -100,6 +100,7 @@ typedef struct ingest {
     source_rt *src;
     char event_id[ONCE_EVENT_ID_MAX + 1];
     char *headers;
+    char *content_type; /* a copy: MHD's string may go when the client does */
     once_event_in in;
     int inserted;
 } ingest;
@@ -110,6 +111,7 @@ static void ingest_free(void *arg)
     if (!g)
         return;
     free(g->headers);
+    free(g->content_type);
     free(g);
 }
 
@@ -250,9 +252,14 @@ void hooks_ingest(req *r, const char *source)
         req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
         return;
     }
+    const char *ctype = req_header(r, "Content-Type");
+    if (ctype && !(g->content_type = strdup(ctype))) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
     g->in = (once_event_in){.source = src->cfg->name,
                             .event_id = g->event_id,
-                            .content_type = req_header(r, "Content-Type"),
+                            .content_type = g->content_type,
                             .headers = g->headers,
                             .headers_len = strlen(g->headers),
                             .body = r->body.data,

@@ -35,5 +35,7 @@ void delivery_kick(server *srv);
 void delivery_quiesce(server *srv);
 /* Settles what the aborted calls reported and joins; after outbound_stop. */
 void delivery_stop(server *srv);
+/* Frees it once no HTTP thread can kick it (after the daemons stopped). */
+void delivery_free(server *srv);
 
 #endif

@@ -469,7 +469,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->dispatched)
         return MHD_YES; /* resumed spuriously; the answer is not there yet */
     r->dispatched = 1;
-    if (r->too_large) {
+    if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE)) {
+        /* A kept-alive connection sent one more: nothing new starts now. */
+        r->route = "any";
+        req_set_header(r, "Connection", "close");
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; retry elsewhere");
+    } else if (r->too_large) {
         r->route = "any";
         req_problem(r, 413, "body_too_large", "Body too large", NULL, "the body exceeds max_body (%zu bytes)",
                     r->srv->cfg->max_body);

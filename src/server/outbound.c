@@ -358,6 +358,12 @@ void outbound_stop(outbound *ob)
     pthread_mutex_unlock(&ob->mu);
     curl_multi_wakeup(ob->multi);
     pthread_join(ob->thread, NULL);
+}
+
+void outbound_free(outbound *ob)
+{
+    if (!ob)
+        return;
     curl_multi_cleanup(ob->multi);
     pthread_mutex_destroy(&ob->mu);
     free(ob->queue);

@@ -53,8 +53,12 @@ struct out_call {
 
 int outbound_start(outbound **out);
 /* Aborts what is still running (each call ends OUT_AMBIGUOUS or
- * OUT_NOT_SENT, its done runs), stops the thread and frees. */
+ * OUT_NOT_SENT, its done runs) and stops the thread; later submits are
+ * refused (ONCE_ECLOSED). */
 void outbound_stop(outbound *ob);
+/* Frees a stopped client, once nothing can call it any more (after the
+ * HTTP daemons stopped). */
+void outbound_free(outbound *ob);
 
 /* Hands call to the outbound thread. 0, or a negative ONCE_E* code (then
  * done will not run). */

@@ -48,6 +48,7 @@ typedef struct proxy {
     px_kind kind;
     int64_t wait_deadline;
     const char *target;  /* path and query after the upstream's prefix */
+    char *method;        /* a copy: MHD's string may go when the client does */
     char field[3][1024]; /* decoded query / path values lent to a key template */
     int nfield;
 } proxy;
@@ -61,6 +62,7 @@ static void proxy_free(void *arg)
         free(px->headers[i]);
     free(px->headers);
     free(px->url);
+    free(px->method);
     buf_free(&px->meta);
     once_reservation_free(&px->res);
     out_call_clear(&px->call);
@@ -431,7 +433,7 @@ static void forward(proxy *px, out_done_fn done)
 {
     req *r = px->r;
     out_call *c = &px->call;
-    c->method = r->method;
+    c->method = px->method;
     c->url = px->url;
     c->headers = (const char *const *)px->headers;
     c->nheaders = px->nheaders;
@@ -637,6 +639,10 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
     px->up = up;
     r->state = px;
     r->state_free = proxy_free;
+    if (!(px->method = strdup(r->method))) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        return;
+    }
     snprintf(r->scope, sizeof r->scope, "%s", up->name);
 
     px->target = target;

@@ -298,7 +298,11 @@ static void claim_due(reconciler *r)
             continue;
         once_action_list l;
         /* The claim outlives the lookup call, so no other node asks too. */
-        int rc = once_reconcile_claim(srv->store, up->name, CLAIM_MAX, up->timeout_ms + 5000, &l);
+        /* The first lookup waits lookup_backoff after the action became
+         * unknown: a provider still processing the request, or whose search
+         * lags, would otherwise say "absent" and the key would be freed for
+         * a second send. */
+        int rc = once_reconcile_claim(srv->store, up->name, CLAIM_MAX, up->timeout_ms + 5000, up->lookup_backoff_ms, &l);
         if (rc < 0) {
             log_event("error", "scope %s: cannot claim unknown actions: %s", up->name, once_errdetail());
             continue;

@@ -217,7 +217,7 @@ int server_run(once_config *cfg)
     status = 0;
 
 out:
-    srv.stopping = 1;
+    __atomic_store_n(&srv.stopping, 1, __ATOMIC_RELEASE);
     for (size_t i = 0; i < srv.ndaemons; i++) {
         MHD_socket fd = MHD_quiesce_daemon(srv.daemons[i]);
         if (fd != MHD_INVALID_SOCKET)
@@ -237,6 +237,11 @@ out:
         log_event("error", "%zu requests still parked at exit", left);
     for (size_t i = 0; i < srv.ndaemons; i++)
         MHD_stop_daemon(srv.daemons[i]);
+    /* Only now can no request reach these. */
+    outbound_free(srv.ob);
+    waiters_free(srv.waiters);
+    worker_free(srv.worker);
+    delivery_free(&srv);
     if (loop_started) {
         pthread_mutex_lock(&lp.mu);
         lp.stop = 1;

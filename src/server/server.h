@@ -127,8 +127,10 @@ void actions_handle(req *r, const char *path, const char *query);
 
 /* Prefer: wait — parked requests waiting for another attempt's outcome. */
 int waiters_start(server *srv, waiters **out);
-/* Answers everything still waiting (409) and stops. */
+/* Answers everything still waiting (409) and stops; later adds fail. */
 void waiters_stop(waiters *w);
+/* Frees stopped waiters once no HTTP thread can reach them. */
+void waiters_free(waiters *w);
 /* Re-checks fn(state) every few tens of ms until it returns nonzero or
  * deadline (ms since epoch) passes; then on_timeout(state). Both run on the
  * waiter thread. 0 or -1 (out of memory). */
@@ -139,7 +141,8 @@ int waiters_add(waiters *w, void *state, int64_t deadline, waiter_poll poll, wai
 /* A worker thread for the few blocking calls an HTTP thread must not make
  * (a human's resolve commits synchronously). */
 int worker_start(worker **out);
-void worker_stop(worker *w);
+void worker_stop(worker *w); /* runs what is queued, then refuses new jobs */
+void worker_free(worker *w); /* after the HTTP daemons stopped */
 int worker_run(worker *w, void (*fn)(void *), void *arg);
 
 #endif

@@ -104,6 +104,12 @@ void waiters_stop(waiters *w)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+}
+
+void waiters_free(waiters *w)
+{
+    if (!w)
+        return;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

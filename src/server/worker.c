@@ -69,6 +69,12 @@ void worker_stop(worker *w)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+}
+
+void worker_free(worker *w)
+{
+    if (!w)
+        return;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -73,7 +73,8 @@ static const stmt_def stmts[] = {
     {"ping", "SELECT 1"},
     /* SKIP LOCKED: lookups on N nodes take disjoint actions. */
     {"rc_claim", "UPDATE actions a SET lookup_next_at = $2 + $3 FROM (SELECT id FROM actions WHERE state = "
-                 "'unknown' AND scope = $1 AND lookup_next_at <= $2 ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) d "
+                 "'unknown' AND scope = $1 AND lookup_next_at <= $2 AND updated_at <= $2 - $5 ORDER BY id LIMIT $4 "
+                 "FOR UPDATE SKIP LOCKED) d "
                  "WHERE a.id = d.id RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, "
                  "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
                  "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
@@ -543,6 +544,7 @@ static int op_send(PGconn *c, store_op *op)
         p_int(&p, op->now);
         p_int(&p, op->lease_ms);
         p_int(&p, (int64_t)op->max);
+        p_int(&p, op->delay_ms); /* settle */
         break;
     case OP_RC_SETTLE: {
         const once_response *r = op->outcome == ONCE_OUTCOME_COMPLETED ? op->resp : NULL;
@@ -1125,10 +1127,11 @@ static int pgs_hold_unknown(once_store *st, const char *scope, const char *excep
     return rc;
 }
 
-static int pgs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t now,
-                               once_action_list *out)
+static int pgs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                               int64_t now, once_action_list *out)
 {
-    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms, .list = out};
+    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms,
+                   .delay_ms = settle_ms, .list = out};
     return run_write(pg(st), &op);
 }
 

@@ -71,7 +71,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                     "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3) "
                     "AND (?4 IS NULL OR instr(',' || ?4 || ',', ',' || scope || ',') = 0)",
     [ST_RC_DUE] = "SELECT id FROM actions WHERE state = 'unknown' AND scope = ?1 AND lookup_next_at <= ?2 "
-                  "ORDER BY id LIMIT ?3",
+                  "AND updated_at <= ?2 - ?4 ORDER BY id LIMIT ?3",
     [ST_RC_CLAIM] = "UPDATE actions SET lookup_next_at = ?2 WHERE id = ?1",
     [ST_RC_SETTLE] = "UPDATE actions SET state = ?2, has_response = ?3, resp_status = ?4, resp_headers = ?5, "
                      "resp_body = ?6, provider_id = ?7, updated_at = ?8, expires_at = ?8 + retention_ms, "
@@ -613,6 +613,7 @@ static void op_rc_claim(sq_conn *c, store_op *op)
         sq_bind_text(st, 1, op->scope);
         sqlite3_bind_int64(st, 2, op->now);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
+        sqlite3_bind_int64(st, 4, op->delay_ms); /* settle */
         while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW)
             ids[n++] = sqlite3_column_int64(st, 0);
         sq_done(st);

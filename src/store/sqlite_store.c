@@ -385,10 +385,11 @@ static int sqs_ping(once_store *st)
 
 /* ---- reconciliation -------------------------------------------------------- */
 
-static int sqs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t now,
-                               once_action_list *out)
+static int sqs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                               int64_t now, once_action_list *out)
 {
-    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms, .list = out};
+    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms,
+                   .delay_ms = settle_ms, .list = out};
     return run_write(sq(st), &op);
 }
 

@@ -34,8 +34,8 @@ typedef struct store_vtable {
     int (*hold_unknown)(once_store *s, const char *scope, const char *except, const char *reason, int64_t now,
                         size_t *count);
     /* reconciliation; step is the trail line, already stamped with the time */
-    int (*reconcile_claim)(once_store *s, const char *scope, size_t max, int64_t lease_ms, int64_t now,
-                           once_action_list *out);
+    int (*reconcile_claim)(once_store *s, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                           int64_t now, once_action_list *out);
     int (*reconcile)(once_store *s, const char *scope, const char *key, once_outcome outcome,
                      const once_response *resp, const char *provider_id, const char *step, int64_t now);
     int (*reconcile_failed)(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,

@@ -373,7 +373,7 @@ def _kill_mid_call(gw, prov, key, headers, wait_recorded):
 
 
 def test_sigkill_mid_call_after_the_provider_acted_is_found(prov, gws):
-    gw = gws({"pay": lookup_upstream(prov, lease="2s")})
+    gw = gws({"pay": lookup_upstream(prov, lease="7s", timeout="2s")})
     key = new_key("k9")
     _kill_mid_call(gw, prov, key, {"X-Fake-Delay-Ms": "3000"}, wait_recorded=True)
     rec = wait_state(gw, "pay", key, ("completed", "released", "held"), timeout=20)
@@ -388,7 +388,7 @@ def test_sigkill_mid_call_after_the_provider_acted_is_found(prov, gws):
 
 
 def test_sigkill_mid_call_before_the_provider_acted_is_released(prov, gws):
-    gw = gws({"pay": lookup_upstream(prov, lease="2s")})
+    gw = gws({"pay": lookup_upstream(prov, lease="7s", timeout="2s")})
     key = new_key("k9")
     _kill_mid_call(gw, prov, key, {"X-Fake-Stall-Ms": "2500", "X-Fake-Close": "before-effect"},
                    wait_recorded=False)
