@@ -268,7 +268,13 @@ def test_oversized_body_413_before_all_of_it_is_sent(gw, provider, path):
         s.close()
     assert provider.count() == 0
     res = check_raw(buf, True)
-    assert res is not None and res[0] == 413 and res[1]["code"] == "body_too_large", (res, buf[:300])
+    # The 413 goes out as soon as the headers are read, and the connection is
+    # closed while the client is still sending: TCP may then reset it before
+    # the client reads the answer (the same race nginx's lingering close
+    # narrows). Either the 413 problem or a reset without an answer is right;
+    # what matters is that nothing was sent upstream and the 50 MiB were not read.
+    assert res is None or (res[0] == 413 and res[1]["code"] == "body_too_large"), (res, buf[:300])
+    assert closed or res is not None
     assert sent < total, "the server read all 50 MiB (max_body 64KiB) before answering 413"
 
 
