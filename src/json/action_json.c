@@ -95,7 +95,7 @@ int json_utf8_check(const uint8_t *p, size_t n)
 /* A JSON string of s[0..len), with each byte that is not part of well-formed
  * UTF-8 replaced by U+FFFD, so a stray byte costs one character rather than
  * the whole field. NULL only when out of memory. */
-static json_t *json_new_lossy(const char *s, size_t len)
+json_t *json_new_lossy(const char *s, size_t len)
 {
     const uint8_t *p = (const uint8_t *)s;
     if (json_utf8_check(p, len))
@@ -125,14 +125,14 @@ static json_t *json_new_lossy(const char *s, size_t len)
 }
 
 /* A JSON string of a NUL-terminated text field, or null when it is NULL. */
-static json_t *json_new_text(const char *s)
+json_t *json_new_text(const char *s)
 {
     if (s == NULL)
         return json_null();
     return json_new_lossy(s, strlen(s));
 }
 
-static json_t *json_new_time(int64_t ms)
+json_t *json_new_time(int64_t ms)
 {
     if (ms == 0)
         return json_null();
@@ -146,7 +146,7 @@ static json_t *json_new_time(int64_t ms)
 
 /* Base64 (RFC 4648, padded) of p[0..n) as a JSON string; NULL when out of
  * memory. */
-static json_t *json_new_base64(const uint8_t *p, size_t n)
+json_t *json_new_base64(const uint8_t *p, size_t n)
 {
     size_t groups = n / 3 + (n % 3 != 0);
     if (groups > (SIZE_MAX - 1) / 4)
@@ -175,21 +175,20 @@ static json_t *json_new_base64(const uint8_t *p, size_t n)
 
 /* The stored headers blob: the server writes JSON, so show it as JSON; any
  * other blob is still worth seeing, as a string. */
-static json_t *json_new_headers(const once_response *r)
+json_t *json_new_headers(const char *headers, size_t len)
 {
-    if (r->headers == NULL)
+    if (headers == NULL)
         return json_null();
     json_error_t err;
-    json_t *j = json_loadb(r->headers, r->headers_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
-                           &err);
+    json_t *j = json_loadb(headers, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
     if (j != NULL)
         return j;
-    return json_new_lossy(r->headers, r->headers_len);
+    return json_new_lossy(headers, len);
 }
 
 /* json_object_set_new steals value even when it fails, so a NULL value (an
  * allocation that failed) is the only case needing a check of its own. */
-static int json_put(json_t *obj, const char *name, json_t *value)
+int json_put(json_t *obj, const char *name, json_t *value)
 {
     if (value == NULL)
         return ONCE_ENOMEM;
@@ -211,7 +210,7 @@ static json_t *json_new_response(const once_action *a, int *rc)
     }
     int e = json_put(obj, "status", json_integer(r->status));
     if (e == ONCE_OK)
-        e = json_put(obj, "headers", json_new_headers(r));
+        e = json_put(obj, "headers", json_new_headers(r->headers, r->headers_len));
     if (e == ONCE_OK) {
         if (r->body == NULL)
             e = json_put(obj, "body", json_null());

@@ -38,4 +38,23 @@ int json_utf8_check(const uint8_t *p, size_t n);
  * ONCE_ENOMEM; *out is untouched on error. */
 int action_json_from(const once_action *a, json_t **out);
 
+/* Value builders shared with event_json.c, so an event's body and headers
+ * look exactly like an action response's. Each returns a new reference, or
+ * NULL when out of memory. */
+
+/* s[0..len) as a JSON string, bytes outside well-formed UTF-8 replaced by
+ * U+FFFD. */
+json_t *json_new_lossy(const char *s, size_t len);
+/* A NUL-terminated text, or null for NULL. */
+json_t *json_new_text(const char *s);
+/* An RFC 3339 time, null for 0, the raw number when out of range. */
+json_t *json_new_time(int64_t ms);
+/* Base64 (RFC 4648, padded) of p[0..n). */
+json_t *json_new_base64(const uint8_t *p, size_t n);
+/* A stored headers blob: parsed when it is JSON, else a lossy string; null
+ * for NULL. */
+json_t *json_new_headers(const char *headers, size_t len);
+/* Sets obj[name] = value (stolen); ONCE_ENOMEM when value is NULL. */
+int json_put(json_t *obj, const char *name, json_t *value);
+
 #endif
