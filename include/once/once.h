@@ -178,6 +178,16 @@ typedef struct once_reserve_req {
     int retry_unknown;        /* the provider dedupes natively on this key: an UNKNOWN
                                  or HELD row is reserved again (attempt + 1), since
                                  resending with the same key cannot act twice */
+    /* Optional, instead of request/request_len: describes the request only
+     * when the row must be written. A replay or a conflict answered by a read
+     * never calls it, so a server does not build the metadata of a request it
+     * only replays. Called at most once per once_reserve(_async) call, on the
+     * calling thread, before anything is queued; it points *data and *len at
+     * the metadata (memory the caller keeps valid as it would `request`) and
+     * returns 0, or a negative ONCE_E* that becomes the reserve's result
+     * (nothing is written). The limits of `request` apply to what it gives. */
+    int (*request_fn)(void *arg, const uint8_t **data, size_t *len);
+    void *request_arg;
 } once_reserve_req;
 
 typedef enum once_reserve_status {

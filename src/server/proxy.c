@@ -38,9 +38,10 @@ typedef struct proxy {
     char key[ONCE_KEY_MAX + 1];
     char fp[65];
     char *url;
-    char **headers;
+    char **headers;      /* "Name: value" lines to forward: the client's first */
     size_t nheaders;
-    buf meta;
+    size_t nclient;      /* how many of headers are the client's */
+    buf meta;            /* the stored request, built only when a row is written */
     once_reserve_req rreq;
     once_reservation res;
     out_call call;
@@ -135,10 +136,12 @@ static int headers_add(proxy *px, const char *name, const char *value)
 
 typedef struct collect {
     proxy *px;
-    json_t *meta_headers;
     int failed;
 } collect;
 
+/* Copies the client's headers while MHD's strings are sure to be alive: the
+ * request may be forwarded, or described for the store, from another thread
+ * after the client has gone. */
 static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
 {
     (void)kind;
@@ -148,13 +151,6 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     if (headers_add(c->px, name, value ? value : "") < 0) {
         c->failed = 1;
         return MHD_NO;
-    }
-    /* The stored request keeps the client's headers (not injected secrets,
-     * not the client's credentials) for lookups and for humans. */
-    if (strcasecmp(name, "authorization") != 0 && strcasecmp(name, "cookie") != 0) {
-        json_t *pair = json_pack("[s?s?]", name, value);
-        if (pair)
-            json_array_append_new(c->meta_headers, pair);
     }
     return MHD_YES;
 }
@@ -167,14 +163,43 @@ static int body_is_utf8(const uint8_t *p, size_t n)
     return ok;
 }
 
-/* The request as stored with the reservation: what a provider lookup or a
- * human needs to know what was attempted. */
-static int meta_build(proxy *px, const char *target, json_t *headers)
+/* The client's headers as stored: [name, value] pairs, without its
+ * credentials (authorization, cookie) and without injected secrets (those
+ * come after the client's in px->headers). */
+static json_t *meta_headers(const proxy *px)
 {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < px->nclient; i++) {
+        const char *line = px->headers[i];
+        const char *colon = strchr(line, ':'); /* a header name has no ':' */
+        if (!colon)
+            continue;
+        int nlen = (int)(colon - line);
+        if ((nlen == 13 && strncasecmp(line, "authorization", 13) == 0) ||
+            (nlen == 6 && strncasecmp(line, "cookie", 6) == 0))
+            continue;
+        if (json_array_append_new(arr, json_pack("[s#s]", line, (size_t)nlen, colon + 2)) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* The request as stored with the reservation: what a provider lookup or a
+ * human needs to know what was attempted. Called by the store (through
+ * rreq.request_fn) only when a row is written, so a replay never pays for it;
+ * it reads only what the proxy owns, as it may run after the client left. */
+static int meta_build(void *arg, const uint8_t **data, size_t *len)
+{
+    proxy *px = arg;
     req *r = px->r;
-    json_t *o = json_pack("{s:s, s:s, s:O}", "method", r->method, "target", target, "headers", headers);
+    json_t *headers = meta_headers(px);
+    json_t *o = headers ? json_pack("{s:s, s:s, s:o}", "method", px->method, "target", px->target, "headers",
+                                    headers)
+                        : NULL;
     if (!o)
-        return -1;
+        return ONCE_ENOMEM;
     if (r->body.len) {
         if (body_is_utf8(r->body.data, r->body.len)) {
             json_object_set_new(o, "body", json_stringn((const char *)r->body.data, r->body.len));
@@ -183,7 +208,7 @@ static int meta_build(proxy *px, const char *target, json_t *headers)
             char *b64 = malloc(cap);
             if (!b64) {
                 json_decref(o);
-                return -1;
+                return ONCE_ENOMEM;
             }
             EVP_EncodeBlock((unsigned char *)b64, r->body.data, (int)r->body.len);
             json_object_set_new(o, "body_base64", json_string(b64));
@@ -193,10 +218,15 @@ static int meta_build(proxy *px, const char *target, json_t *headers)
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!s)
-        return -1;
+        return ONCE_ENOMEM;
+    px->meta.len = 0;
     int rc = buf_append_str(&px->meta, s, ONCE_REQUEST_MAX);
     free(s);
-    return rc;
+    if (rc < 0)
+        return ONCE_EINVAL;
+    *data = (const uint8_t *)px->meta.data;
+    *len = px->meta.len;
+    return ONCE_OK;
 }
 
 /* A response from a status, a JSON array of [name, value] headers and a
@@ -481,6 +511,8 @@ static void reserve_start(proxy *px)
     } else if (rc < 0) {
         if (rc == ONCE_EINVAL)
             req_problem(px->r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
+        else if (rc == ONCE_ENOMEM)
+            req_problem(px->r, 500, "internal", "Internal error", NULL, "%s", once_errdetail());
         else
             req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
     }
@@ -669,15 +701,14 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
 
     size_t ulen = strlen(up->url) + strlen(target) + 1;
     px->url = malloc(ulen);
-    json_t *meta_headers = json_array();
-    collect col = {.px = px, .meta_headers = meta_headers};
-    if (!px->url || !meta_headers) {
-        json_decref(meta_headers);
+    collect col = {.px = px};
+    if (!px->url) {
         req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
         return;
     }
     snprintf(px->url, ulen, "%s%s", up->url, target);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &col);
+    px->nclient = px->nheaders;
     int failed = col.failed;
     for (size_t i = 0; !failed && i < up->nheaders; i++) {
         char **h = realloc(px->headers, (px->nheaders + 1) * sizeof *h);
@@ -693,22 +724,16 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
     if (!failed && key && up->forward_key_as)
         failed = headers_add(px, up->forward_key_as, key) < 0;
     if (failed) {
-        json_decref(meta_headers);
         req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
         return;
     }
 
     if (!key) {
-        json_decref(meta_headers);
         forward(px, on_pass_done);
         return;
     }
-    int rc = once_fingerprint(r->method, target, r->body.data, r->body.len, px->fp);
-    if (rc == ONCE_OK)
-        rc = meta_build(px, target, meta_headers) < 0 ? ONCE_ENOMEM : ONCE_OK;
-    json_decref(meta_headers);
-    if (rc < 0) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "cannot describe the request");
+    if (once_fingerprint(r->method, target, r->body.data, r->body.len, px->fp) < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot fingerprint the request");
         return;
     }
     px->rreq = (once_reserve_req){
@@ -717,9 +742,9 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
         .fingerprint = px->fp,
         .lease_ms = up->lease_ms,
         .retention_ms = up->retention_ms,
-        .request = px->meta.data,
-        .request_len = px->meta.len,
         .retry_unknown = up->forward_key_as != NULL,
+        .request_fn = meta_build,
+        .request_arg = px,
     };
     int64_t wait = prefer_wait(req_header(r, "Prefer"));
     px->wait_deadline = wait ? once_now_ms() + wait : 0;

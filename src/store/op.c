@@ -1,5 +1,6 @@
 /*
- * op.c — what every store does with an operation it could not carry out.
+ * op.c — what both stores do with an operation: queue it for the writer (waiting
+ * or with a callback), fail it, and describe a reserve's request when it must be written.
  */
 #include "store/op.h"
 
@@ -21,6 +22,23 @@ int store_op_result(store_op *op)
     if (op->rc < 0)
         return once_fail(op->rc, "%s", op->detail);
     return op->rc;
+}
+
+int store_reserve_request(once_reserve_req *r)
+{
+    if (!r->request_fn)
+        return ONCE_OK;
+    const uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = r->request_fn(r->request_arg, &data, &len);
+    r->request_fn = NULL;
+    if (rc < 0)
+        return once_fail(rc, "reserve: the request could not be described");
+    if (len > ONCE_REQUEST_MAX || (!data && len))
+        return once_fail(ONCE_EINVAL, "request: larger than %u bytes or NULL with a length", ONCE_REQUEST_MAX);
+    r->request = data;
+    r->request_len = len;
+    return ONCE_OK;
 }
 
 int store_op_submit_wait(batchq *q, store_op *op)

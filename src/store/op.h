@@ -89,6 +89,12 @@ int store_op_submit_async(batchq *q, const store_op *op, once_cb cb, void *ctx);
 /* op's result: op->rc, with op->detail made this thread's error detail. */
 int store_op_result(store_op *op);
 
+/* When r->request_fn is set: calls it and puts what it gave in r->request
+ * (and clears request_fn), checking the limits once_reserve checks. 0, or the
+ * producer's negative code, or ONCE_EINVAL. Stores call it after their read
+ * found that the reserve must write. */
+int store_reserve_request(once_reserve_req *r);
+
 /* Fails op with code and a detail. */
 void store_op_fail(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -1010,7 +1010,8 @@ static int pgs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
                        void *ctx)
 {
     pg_store *s = pg(st);
-    store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = req, .res = out};
+    once_reserve_req rq = *req; /* request_fn is resolved into it below */
+    store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = &rq, .res = out};
     /* A replay or a conflict is one indexed read, no transaction. */
     once_action a;
     int found = 0;
@@ -1024,7 +1025,7 @@ static int pgs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
             return cb ? 1 : ONCE_OK;
     }
     char token[ONCE_TOKEN_LEN + 1];
-    if ((rc = once_token_new(token)) < 0)
+    if ((rc = store_reserve_request(&rq)) < 0 || (rc = once_token_new(token)) < 0)
         return rc;
     op.token = token;
     return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);

@@ -284,7 +284,8 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
 {
     sq_store *s = sq(st);
     char token[ONCE_TOKEN_LEN + 1];
-    store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = req, .res = out};
+    once_reserve_req rq = *req; /* request_fn is resolved into it below */
+    store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = &rq, .res = out};
     /* A replay or a conflict is decided by one indexed read, without the
      * writer and without an fsync. */
     if (!s->memory) {
@@ -302,8 +303,8 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
         }
         once_reservation_free(out);
     }
-    int rc = once_token_new(token);
-    if (rc < 0)
+    int rc = store_reserve_request(&rq);
+    if (rc < 0 || (rc = once_token_new(token)) < 0)
         return rc;
     op.token = token;
     return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);

@@ -589,6 +589,40 @@ def test_forwarded_request_path_query_and_headers(gw, provider):
         assert gone not in h, f"{gone} forwarded upstream: {h}"
 
 
+def test_stored_request_keeps_client_headers_but_not_credentials_or_injected(gw, provider):
+    """The request stored with the reservation (for lookups and humans): method,
+    target, the client's headers without Authorization or Cookie and without the
+    configured (secret) headers, and the body. It is built only when the row is
+    written (once_reserve_req.request_fn), from copies of the headers; a replay
+    leaves it as the first request stored it."""
+    if gw.store_kind != "sqlite":
+        pytest.skip("reads the SQLite file directly")
+    import sqlite3
+    key = new_key()
+    body = b'{"to":"+3312345678"}'
+    r = gw.proxy("POST", "demo", "/v1/messages?x=1", key=key, data=body, headers={
+        "Content-Type": "application/json", "X-Custom": "c1", "Authorization": "Bearer client-secret",
+        "Cookie": "session=s1", "X-Api-Key": "client-value"})
+    assert r.status_code == 200 and outcome(r) == "completed", describe(r)
+    r = gw.proxy("POST", "demo", "/v1/messages?x=1", key=key, data=b'{"to":"other"}',
+                 headers={"Content-Type": "application/json", "X-Custom": "c2"})
+    assert r.status_code == 200 and outcome(r) == "replayed", describe(r)
+    db = sqlite3.connect(f"file:{gw.workdir / 'once.db'}?mode=ro", uri=True)
+    try:
+        (raw,) = db.execute("SELECT request FROM actions WHERE scope = 'demo' AND key = ?", (key,)).fetchone()
+    finally:
+        db.close()
+    stored = json.loads(raw)
+    assert stored["method"] == "POST" and stored["target"] == "/v1/messages?x=1", stored
+    assert stored["body"] == body.decode(), stored
+    names = {n.lower(): v for n, v in stored["headers"]}
+    assert names.get("x-custom") == "c1", stored
+    assert names.get("content-type") == "application/json", stored
+    assert "authorization" not in names and "cookie" not in names, stored
+    assert "x-injected" not in names, f"a configured header was stored: {stored}"
+    assert names.get("x-api-key") is None, f"the configured X-Api-Key replaces the client's and is not stored: {stored}"
+
+
 def test_upstream_url_with_a_base_path(gw, provider):
     r = post(gw, "based", "/charges/ch_1/capture", key=new_key())
     assert r.status_code == 200, describe(r)

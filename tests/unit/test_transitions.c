@@ -707,6 +707,96 @@ static void test_empty_response_and_big_request(void **state)
     free(meta);
 }
 
+/* request_fn: the request is described only when a row is written. A
+ * replay, a conflict and a refused reserve never call it; a failing producer
+ * fails the reserve and writes nothing; what it gives is held to the limits
+ * of `request` (regression: the gateway built the stored request, JSON of
+ * every header and the body, for each replayed request too). */
+typedef struct producer {
+    int calls;
+    int rc;
+    const uint8_t *data;
+    size_t len;
+} producer;
+
+static int produce(void *arg, const uint8_t **data, size_t *len)
+{
+    producer *p = arg;
+    p->calls++;
+    *data = p->data;
+    *len = p->len;
+    return p->rc;
+}
+
+static void test_request_fn_only_when_written(void **state)
+{
+    th_env *e = *state;
+    static const uint8_t meta[] = "{\"method\":\"POST\"}";
+    producer p = {.data = meta, .len = sizeof meta - 1};
+    once_reserve_req req = th_req(S, "lazy", 60000);
+    req.request_fn = produce;
+    req.request_arg = &p;
+    req.request = (const uint8_t *)"ignored";
+    req.request_len = 7;
+
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    assert_int_equal(p.calls, 1);
+    once_action a;
+    th_get(e->st, S, "lazy", &a);
+    assert_int_equal(a.request_len, sizeof meta - 1);
+    assert_memory_equal(a.request, meta, sizeof meta - 1);
+    once_action_free(&a);
+
+    /* in flight: answered by a read, without describing the request (an
+     * in-memory store has no read connections: each reserve goes to the
+     * writer and describes it) */
+    int per_reserve = e->durable ? 0 : 1;
+    once_reservation r2;
+    th_reserve_expect(e->st, &req, ONCE_IN_FLIGHT, &r2);
+    once_reservation_free(&r2);
+    assert_int_equal(p.calls, 1 + per_reserve);
+
+    /* completed: replayed without a write */
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "lazy", r.token, &resp, NULL), 0);
+    once_reservation_free(&r);
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r2);
+    once_reservation_free(&r2);
+    assert_int_equal(p.calls, 1 + 2 * per_reserve);
+
+    /* a bad argument is refused before the producer runs */
+    once_reserve_req bad = req;
+    bad.lease_ms = 0;
+    th_assert_rc(once_reserve(e->st, &bad, &r2), ONCE_EINVAL);
+    assert_int_equal(p.calls, 1 + 2 * per_reserve);
+
+    /* a failing producer fails the reserve and nothing is written */
+    producer fail = {.rc = ONCE_ENOMEM};
+    once_reserve_req req2 = th_req(S, "lazy-fail", 60000);
+    req2.request_fn = produce;
+    req2.request_arg = &fail;
+    th_assert_rc(once_reserve(e->st, &req2, &r2), ONCE_ENOMEM);
+    assert_int_equal(fail.calls, 1);
+    th_assert_rc(once_get(e->st, S, "lazy-fail", &a), ONCE_ENOTFOUND);
+
+    /* too large, or NULL with a length: EINVAL, nothing written */
+    producer big = {.data = meta, .len = (size_t)ONCE_REQUEST_MAX + 1};
+    req2.request_arg = &big;
+    th_assert_rc(once_reserve(e->st, &req2, &r2), ONCE_EINVAL);
+    producer nul = {.data = NULL, .len = 3};
+    req2.request_arg = &nul;
+    th_assert_rc(once_reserve(e->st, &req2, &r2), ONCE_EINVAL);
+    th_assert_rc(once_get(e->st, S, "lazy-fail", &a), ONCE_ENOTFOUND);
+
+    /* and then the key is still free */
+    p.calls = 0;
+    req2.request_arg = &p;
+    th_reserve_expect(e->st, &req2, ONCE_RESERVED, &r2);
+    assert_int_equal(p.calls, 1);
+    once_reservation_free(&r2);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
 #define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
 /* P(f): f on a PostgreSQL schema of its own (helpers.h; skipped without ONCE_TEST_PG_URL). */
@@ -758,6 +848,9 @@ int main(void)
         P(test_complete_after_lease_passed),
         T(test_empty_response_and_big_request),
         P(test_empty_response_and_big_request),
+        T(test_request_fn_only_when_written),
+        M(test_request_fn_only_when_written),
+        P(test_request_fn_only_when_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
