@@ -139,6 +139,14 @@ void once_action_free(once_action *a);
 
 typedef struct once_store once_store;
 
+/* Optional process-wide set-up, for a program to call before any of its
+ * threads uses SQLite (at the top of main): turns off SQLite's memory
+ * statistics, whose process-wide mutex every SQLite allocation takes; with
+ * several threads answering from read connections it was the gateway's
+ * busiest lock. libonce does not read those statistics. Skipping it is
+ * safe; called after SQLite has started it changes nothing. Returns ONCE_OK. */
+int once_global_init(void);
+
 /* Opens (creating if needed, migrating forward) the store named by url:
  *   sqlite:PATH       a file; WAL, synchronous=FULL, group commit
  *   sqlite::memory:   a private in-memory database (tests)

@@ -125,6 +125,7 @@ static int main_run_version(cli_ctx *ctx, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    once_global_init(); /* before any thread exists */
     cli_ctx ctx = {0};
     const char *env = getenv("ONCE_STORE");
     ctx.store_url = env != NULL && env[0] != '\0' ? env : CLI_DEFAULT_STORE;

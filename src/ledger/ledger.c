@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "ledger/internal.h"
+#include "ledger/replay_cache.h"
 #include "ledger/validate.h"
 #include "store/store.h"
 
@@ -19,7 +20,28 @@
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 
+int once_global_init(void)
+{
+    sqlite_store_global_init();
+    return ONCE_OK;
+}
+
+static int store_open(const char *url, once_store **out);
+
 int once_store_open(const char *url, once_store **out)
+{
+    int rc = store_open(url, out);
+    if (rc < 0)
+        return rc;
+    if (replay_cache_new(&(*out)->replay) < 0) {
+        once_store_close(*out);
+        *out = NULL;
+        return once_fail(ONCE_ENOMEM, "store: out of memory");
+    }
+    return rc;
+}
+
+static int store_open(const char *url, once_store **out)
 {
     once_detail_clear();
     if (!out)
@@ -40,8 +62,11 @@ int once_store_open(const char *url, once_store **out)
 
 void once_store_close(once_store *store)
 {
-    if (store)
-        store->vt->close(store);
+    if (!store)
+        return;
+    replay_cache *replay = store->replay; /* close frees the store */
+    store->vt->close(store);
+    replay_cache_free(replay);
 }
 
 int once_store_ping(once_store *store)
@@ -87,9 +112,26 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
     once_reserve_req r = *req;
     if (r.retention_ms == 0)
         r.retention_ms = DEFAULT_RETENTION_MS;
-    rc = store->vt->reserve(store, &r, once_now_ms(), out, cb, ctx);
+    int64_t now = once_now_ms();
+    /* A completed outcome never changes until its retention ends: replay it
+     * from memory when it is there (ledger/replay_cache.c). */
+    if (store->replay) {
+        rc = replay_cache_get(store->replay, r.scope, r.key, now, &out->action);
+        if (rc < 0)
+            return once_fail(rc, "reserve: out of memory");
+        if (rc == 1) {
+            out->status = ONCE_COMPLETED;
+            out->attempt = out->action.attempt;
+            out->fingerprint_mismatch =
+                r.fingerprint && out->action.fingerprint && strcmp(r.fingerprint, out->action.fingerprint) != 0;
+            return cb ? 1 : ONCE_OK;
+        }
+    }
+    rc = store->vt->reserve(store, &r, now, out, cb, ctx);
     if (rc < 0)
         once_reservation_free(out);
+    else if (store->replay && (rc == 1 || !cb) && out->status == ONCE_COMPLETED)
+        replay_cache_put(store->replay, &out->action); /* answered here, not by a callback still to come */
     return rc;
 }
 

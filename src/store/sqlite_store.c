@@ -274,6 +274,12 @@ static int run_read(sq_store *s, store_op *op)
     return op_result(op);
 }
 
+void sqlite_store_global_init(void)
+{
+    /* SQLITE_MISUSE when SQLite has already started: then nothing changes. */
+    (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 static sq_store *sq(once_store *s)
 {
     return (sq_store *)s;

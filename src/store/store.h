@@ -60,7 +60,11 @@ struct once_store {
     const store_vtable *vt;
     once_commit_hook commit_hook;
     void *commit_hook_ctx;
+    struct replay_cache *replay; /* the ledger's (ledger/replay_cache.h); NULL until open returns */
 };
+
+/* sqlite3_config before SQLite starts (once_global_init). */
+void sqlite_store_global_init(void);
 
 /* Opens a SQLite store on path (":memory:" for a private in-memory one). */
 int sqlite_store_open(const char *path, once_store **out);

@@ -797,6 +797,72 @@ static void test_request_fn_only_when_written(void **state)
     once_reservation_free(&r2);
 }
 
+/* Replays of a completed key are answered from the ledger's replay cache
+ * after the first: every replay is the same action (deep copies the caller
+ * may free), the fingerprint is compared on each one, and an outcome past its
+ * retention is not replayed from memory any more than from the store. */
+/* For an async call that must answer at once: its callback never runs. */
+static void never_called_cb(void *ctx, int rc, const char *detail)
+{
+    (void)ctx;
+    (void)rc;
+    (void)detail;
+    abort();
+}
+
+static void test_replays_from_memory_match_the_store(void **state)
+{
+    th_env *e = *state;
+    once_reserve_req req = th_req(S, "cached", 60000);
+    req.fingerprint = "fp-a";
+    req.retention_ms = 1500;
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &r);
+    once_response resp = th_resp();
+    th_assert_rc(once_complete(e->st, S, "cached", r.token, &resp, "prov_1"), 0);
+    once_reservation_free(&r);
+
+    once_action stored;
+    th_get(e->st, S, "cached", &stored);
+    for (int i = 0; i < 4; i++) {
+        once_reservation rr;
+        th_reserve_expect(e->st, &req, ONCE_COMPLETED, &rr);
+        assert_int_equal(rr.fingerprint_mismatch, 0);
+        assert_int_equal(rr.attempt, 1);
+        assert_int_equal(rr.token[0], 0);
+        th_assert_action_eq(&rr.action, &stored);
+        /* the caller owns its copy: scribbling on it changes no later replay */
+        rr.action.response.body[0] ^= 0x55;
+        once_reservation_free(&rr);
+    }
+    /* the fingerprint of each request is compared with the first's */
+    once_reserve_req other = req;
+    other.fingerprint = "fp-b";
+    once_reservation rr;
+    th_reserve_expect(e->st, &other, ONCE_COMPLETED, &rr);
+    assert_int_equal(rr.fingerprint_mismatch, 1);
+    once_reservation_free(&rr);
+    other.fingerprint = NULL;
+    th_reserve_expect(e->st, &other, ONCE_COMPLETED, &rr);
+    assert_int_equal(rr.fingerprint_mismatch, 0);
+    once_reservation_free(&rr);
+    /* the async call answers a cached replay at once, as a read would */
+    if (e->durable) {
+        memset(&rr, 0, sizeof rr);
+        int rc = once_reserve_async(e->st, &req, &rr, never_called_cb, NULL);
+        assert_int_equal(rc, 1);
+        assert_int_equal(rr.status, ONCE_COMPLETED);
+        th_assert_action_eq(&rr.action, &stored);
+        once_reservation_free(&rr);
+    }
+    /* past its retention the key is new again, cached or not */
+    while (once_now_ms() < stored.expires_at + 5)
+        th_sleep_ms(50);
+    th_reserve_expect(e->st, &req, ONCE_RESERVED, &rr);
+    once_reservation_free(&rr);
+    once_action_free(&stored);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
 #define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
 /* P(f): f on a PostgreSQL schema of its own (helpers.h; skipped without ONCE_TEST_PG_URL). */
@@ -851,6 +917,9 @@ int main(void)
         T(test_request_fn_only_when_written),
         M(test_request_fn_only_when_written),
         P(test_request_fn_only_when_written),
+        T(test_replays_from_memory_match_the_store),
+        M(test_replays_from_memory_match_the_store),
+        P(test_replays_from_memory_match_the_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
