@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench valgrind chaos soak clean
+.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench bench-compare valgrind chaos soak clean
 
 all: build
 
@@ -58,6 +58,17 @@ bench: build
 	@bash bench/proxy.sh $(BUILD)
 	@bash bench/hooks.sh $(BUILD)
 	@bash bench/pg.sh $(BUILD)
+
+# once beside the idempotency middlewares users would pick instead (bench/peers,
+# installed from the npm lockfile), nginx and once on PostgreSQL, in one run:
+# a table, bench/results/compare.csv and the charts of docs/benchmarks.md.
+bench-compare: build
+	@bash scripts/deps --compare
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || \
+	  { echo "bench-compare: Node.js >= 20 is needed (the peers' Redis client); this one is $$(node --version)" >&2; exit 1; }
+	@cd bench/peers && npm ci --no-audit --no-fund --loglevel=error
+	@/usr/bin/python3 bench/compare.py $(BUILD)
+	@bash bench/plot_compare.sh
 
 valgrind: build
 	@bash scripts/valgrind $(BUILD)
