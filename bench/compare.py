@@ -21,7 +21,7 @@ Environment (defaults in brackets):
   BENCH_WARMUP [2]    unmeasured seconds per contender and mode before the first run
   WRK_THREADS [2]  WRK_CONNECTIONS [64]   ONCE_THREADS [4]  (once's [server] threads)
   PEER_WORKERS [cores] Node.js processes per peer (node:cluster when > 1): one per core,
-                      as Node services are deployed; 1 halves the peers' figures here
+                      as Node services are deployed (with 1 they reached 45-70% of it here)
   REDIS_FSYNC [no]    `always`: Redis with appendonly yes, appendfsync always
   BENCH_ONLY [all]    comma-separated contenders (direct,proxy_pass,node-idempotency,
                       powertools,express-idempotency,once-sqlite,once-pg-1,once-pg-3)
