@@ -178,7 +178,10 @@ static json_t *meta_headers(const proxy *px)
         if ((nlen == 13 && strncasecmp(line, "authorization", 13) == 0) ||
             (nlen == 6 && strncasecmp(line, "cookie", 6) == 0))
             continue;
-        if (json_array_append_new(arr, json_pack("[s#s]", line, (size_t)nlen, colon + 2)) < 0) {
+        json_t *pair = json_pack("[s#s]", line, nlen, colon + 2);
+        if (!pair)
+            continue; /* not UTF-8: forwarded, but not stored */
+        if (json_array_append_new(arr, pair) < 0) {
             json_decref(arr);
             return NULL;
         }

@@ -602,7 +602,8 @@ def test_stored_request_keeps_client_headers_but_not_credentials_or_injected(gw,
     body = b'{"to":"+3312345678"}'
     r = gw.proxy("POST", "demo", "/v1/messages?x=1", key=key, data=body, headers={
         "Content-Type": "application/json", "X-Custom": "c1", "Authorization": "Bearer client-secret",
-        "Cookie": "session=s1", "X-Api-Key": "client-value"})
+        "Cookie": "session=s1", "X-Api-Key": "client-value",
+        "X-Latin": "caf\xe9"})  # not UTF-8: forwarded, not stored (and no 500)
     assert r.status_code == 200 and outcome(r) == "completed", describe(r)
     r = gw.proxy("POST", "demo", "/v1/messages?x=1", key=key, data=b'{"to":"other"}',
                  headers={"Content-Type": "application/json", "X-Custom": "c2"})
@@ -619,6 +620,8 @@ def test_stored_request_keeps_client_headers_but_not_credentials_or_injected(gw,
     assert names.get("x-custom") == "c1", stored
     assert names.get("content-type") == "application/json", stored
     assert "authorization" not in names and "cookie" not in names, stored
+    assert "x-latin" not in names, stored
+    assert provider.effects()[0]["headers"].get("x-latin") is not None, "the header was not forwarded"
     assert "x-injected" not in names, f"a configured header was stored: {stored}"
     assert names.get("x-api-key") is None, f"the configured X-Api-Key replaces the client's and is not stored: {stored}"
 
