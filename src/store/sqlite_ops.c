@@ -285,6 +285,20 @@ static int row_need(sq_conn *c, store_op *op, row_head *h)
     return found == 1 ? 0 : -1;
 }
 
+/* row_need, then ONCE_ESTATE unless the row is UNKNOWN (or HELD too, when
+ * held_too): the operator's and the reconciler's transitions start only
+ * there. verb completes "only unknown actions are ...". */
+static int row_need_unknown(sq_conn *c, store_op *op, row_head *h, int held_too, const char *verb)
+{
+    if (row_need(c, op, h) < 0)
+        return -1;
+    if (h->state == ONCE_STATE_UNKNOWN || (held_too && h->state == ONCE_STATE_HELD))
+        return 0;
+    store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown%s actions are %s", op->scope, op->key,
+                  once_state_name(h->state), held_too ? " or held" : "", verb);
+    return -1;
+}
+
 int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
     int rc = sqlite3_step(st);
@@ -534,13 +548,8 @@ static void op_settle(sq_conn *c, store_op *op)
 static void op_resolve(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need(c, op, &h) < 0)
+    if (row_need_unknown(c, op, &h, 1, "resolved") < 0)
         return;
-    if (h.state != ONCE_STATE_UNKNOWN && h.state != ONCE_STATE_HELD) {
-        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown or held actions are resolved", op->scope, op->key,
-                   once_state_name(h.state));
-        return;
-    }
     sqlite3_stmt *st = stmt(c, op, ST_RESOLVE);
     if (!st)
         return;
@@ -556,13 +565,8 @@ static void op_resolve(sq_conn *c, store_op *op)
 static void op_hold(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need(c, op, &h) < 0)
+    if (row_need_unknown(c, op, &h, 0, "held") < 0)
         return;
-    if (h.state != ONCE_STATE_UNKNOWN) {
-        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are held", op->scope, op->key,
-                   once_state_name(h.state));
-        return;
-    }
     if (set_state(c, op, h.id, ONCE_STATE_HELD, op->text, 0) == 0)
         op->rc = ONCE_OK;
 }
@@ -655,13 +659,8 @@ out:
 static void op_rc_settle(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need(c, op, &h) < 0)
+    if (row_need_unknown(c, op, &h, 0, "reconciled") < 0)
         return;
-    if (h.state != ONCE_STATE_UNKNOWN) {
-        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are reconciled", op->scope, op->key,
-                      once_state_name(h.state));
-        return;
-    }
     sqlite3_stmt *st = stmt(c, op, ST_RC_SETTLE);
     if (!st)
         return;
@@ -685,13 +684,8 @@ static void op_rc_settle(sq_conn *c, store_op *op)
 static void op_rc_failed(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need(c, op, &h) < 0)
+    if (row_need_unknown(c, op, &h, 0, "reconciled") < 0)
         return;
-    if (h.state != ONCE_STATE_UNKNOWN) {
-        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only unknown actions are reconciled", op->scope, op->key,
-                      once_state_name(h.state));
-        return;
-    }
     sqlite3_stmt *st = stmt(c, op, ST_RC_FAILED);
     if (!st)
         return;
