@@ -151,24 +151,18 @@ def new_key(prefix="k"):
 
 # --------------------------------------------------------------------------- provider
 
-class Provider:
-    """tests/fakes/provider.py in its own process."""
+class FakeProcess:
+    """A fake from tests/fakes/ in its own process: started with argv, it prints
+    "listening on HOST:PORT" first. Provider and the hooks harness's Agent."""
 
-    def __init__(self, native=False, key_header=None):
-        argv = [PYTHON, str(PROVIDER_PY), "--port", "0"]
-        if native:
-            argv.append("--native")
-        if key_header:
-            argv += ["--key-header", key_header]
+    def __init__(self, argv, what):
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._readline(10)
         m = re.match(r"listening on (\S+):(\d+)", line or "")
         if not m:
             self.proc.kill()
-            raise RuntimeError(f"fake provider did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"{what} did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
         self.host, self.port = m.group(1), int(m.group(2))
-        self.url = f"http://{self.host}:{self.port}"
-        self.native = native
 
     def _readline(self, timeout):
         import selectors
@@ -177,6 +171,29 @@ class Provider:
         if not sel.select(timeout):
             return None
         return self.proc.stdout.readline()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class Provider(FakeProcess):
+    """tests/fakes/provider.py in its own process."""
+
+    def __init__(self, native=False, key_header=None):
+        argv = [PYTHON, str(PROVIDER_PY), "--port", "0"]
+        if native:
+            argv.append("--native")
+        if key_header:
+            argv += ["--key-header", key_header]
+        super().__init__(argv, "fake provider")
+        self.url = f"http://{self.host}:{self.port}"
+        self.native = native
 
     def _get(self, path):
         r = requests.get(self.url + path, timeout=10)
@@ -209,15 +226,6 @@ class Provider:
             time.sleep(0.02)
             c = self.count()
         return c
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 # --------------------------------------------------------------------------- config

@@ -11,12 +11,11 @@ import hashlib
 import hmac
 import json
 import re
-import subprocess
 import time
 
 import requests
 
-from gateway import PYTHON, REPO_ROOT, Gateway, _ini_value, describe, write_config
+from gateway import PYTHON, REPO_ROOT, FakeProcess, Gateway, _ini_value, describe, write_config
 
 AGENT_PY = REPO_ROOT / "tests" / "fakes" / "agent.py"
 
@@ -200,31 +199,17 @@ def sign_hmac(secret, body, base64_encoding=False, prefix=""):
 
 # --------------------------------------------------------------------------- the fake agent
 
-class Agent:
+class Agent(FakeProcess):
     """tests/fakes/agent.py in its own process (so it can be absent, then started on a fixed port)."""
 
     def __init__(self, port=0, secret=None, **mode):
         argv = [PYTHON, str(AGENT_PY), "--port", str(port)]
         if secret:
             argv += ["--secret", secret]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self._readline(10)
-        m = re.match(r"listening on (\S+):(\d+)", line or "")
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"fake agent did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
-        self.port = int(m.group(2))
+        super().__init__(argv, "fake agent")
         self.url = f"http://127.0.0.1:{self.port}"
         if mode:
             self.configure(**mode)
-
-    def _readline(self, timeout):
-        import selectors
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return None
-        return self.proc.stdout.readline()
 
     def configure(self, **mode):
         r = requests.post(self.url + "/_agent/config", json=mode, timeout=10)
@@ -256,15 +241,6 @@ class Agent:
             if len(got) >= n or time.monotonic() >= deadline:
                 return got
             time.sleep(0.05)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 # --------------------------------------------------------------------------- waiting
