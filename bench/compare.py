@@ -31,7 +31,8 @@ Environment (defaults in brackets):
 
 Exit status: 0 when every run completed (goals met or not: it is a benchmark),
 1 when something failed (a server did not start, wrk failed, once answered an
-error), 2 on a usage error.
+error or let more than one of the 50 concurrent same-key requests through),
+2 on a usage error.
 """
 
 import csv

@@ -73,6 +73,7 @@ const char *once_errdetail(void);
 #define ONCE_HEADERS_MAX (1u << 20)      /* stored response headers blob */
 #define ONCE_BODY_MAX (64u << 20)        /* stored response body */
 #define ONCE_LEASE_MAX_MS (7LL * 24 * 3600 * 1000)
+#define ONCE_RETENTION_MAX_MS (3650LL * 24 * 3600 * 1000) /* of a reservation's outcome */
 #define ONCE_TOKEN_LEN 32                /* hex characters of a token */
 #define ONCE_CURSOR_MAX 32               /* bytes of a list cursor, with NUL */
 
@@ -459,10 +460,12 @@ int once_event_sweep(once_store *store, int64_t now, size_t *count);
  * has run. Return: 0 queued (cb will run exactly once); a negative code when
  * the arguments are refused (cb will not run). */
 
-/* As once_reserve. Returns 1 when one indexed read already answered
- * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD): *out is filled and cb will not run;
- * 0 when queued: *out is filled before cb runs. An in-memory store has no
- * read connections: it always queues (returns 0) and answers through cb. */
+/* As once_reserve. Returns 1 when the answer needed no write: a completed
+ * outcome from the ledger's replay cache, or one indexed read (COMPLETED,
+ * IN_FLIGHT, UNKNOWN, HELD); *out is filled and cb will not run. 0 when
+ * queued: *out is filled before cb runs. An in-memory store has no read
+ * connections: unless its replay cache answers, it queues (returns 0) and
+ * answers through cb. */
 int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
                        void *ctx);
 int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,

@@ -105,7 +105,7 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
         return rc;
     if (req->lease_ms <= 0 || req->lease_ms > ONCE_LEASE_MAX_MS)
         return once_fail(ONCE_EINVAL, "lease: must be between 1 ms and 7 days");
-    if (req->retention_ms < 0 || req->retention_ms > 3650LL * 24 * 3600 * 1000)
+    if (req->retention_ms < 0 || req->retention_ms > ONCE_RETENTION_MAX_MS)
         return once_fail(ONCE_EINVAL, "retention: must be between 0 (default) and 10 years");
     if (req->request_len > ONCE_REQUEST_MAX || (!req->request && req->request_len))
         return once_fail(ONCE_EINVAL, "request: larger than %u bytes or NULL with a length", ONCE_REQUEST_MAX);

@@ -789,14 +789,31 @@ static int config_set_server_max_body(config_ctx *c, const char *v)
     return 0;
 }
 
+/* A lease or a retention the ledger would refuse on every reservation
+ * (ONCE_LEASE_MAX_MS, ONCE_RETENTION_MAX_MS) is refused here, at load, not
+ * as a 400 on each request. */
+static int config_want_lease(config_ctx *c, const char *v, int64_t *out)
+{
+    if (config_want_duration(c, v, 1, out) != 0)
+        return -1;
+    return *out > ONCE_LEASE_MAX_MS ? config_fail(c, "lease: at most 7d") : 0;
+}
+
+static int config_want_retention(config_ctx *c, const char *v, int64_t *out)
+{
+    if (config_want_duration(c, v, 1, out) != 0)
+        return -1;
+    return *out > ONCE_RETENTION_MAX_MS ? config_fail(c, "retention: at most 3650d") : 0;
+}
+
 static int config_set_server_lease(config_ctx *c, const char *v)
 {
-    return config_want_duration(c, v, 1, &c->cfg->lease_ms);
+    return config_want_lease(c, v, &c->cfg->lease_ms);
 }
 
 static int config_set_server_retention(config_ctx *c, const char *v)
 {
-    return config_want_duration(c, v, 1, &c->cfg->retention_ms);
+    return config_want_retention(c, v, &c->cfg->retention_ms);
 }
 
 static int config_set_server_tokens_file(config_ctx *c, const char *v)
@@ -950,12 +967,12 @@ static int config_set_up_timeout(config_ctx *c, const char *v)
 
 static int config_set_up_lease(config_ctx *c, const char *v)
 {
-    return config_want_duration(c, v, 1, &config_cur(c)->lease_ms);
+    return config_want_lease(c, v, &config_cur(c)->lease_ms);
 }
 
 static int config_set_up_retention(config_ctx *c, const char *v)
 {
-    return config_want_duration(c, v, 1, &config_cur(c)->retention_ms);
+    return config_want_retention(c, v, &config_cur(c)->retention_ms);
 }
 
 static int config_set_up_key_required(config_ctx *c, const char *v)
@@ -2274,6 +2291,10 @@ static int config_finish(config_ctx *c)
                                 ? INT64_MAX
                                 : u->timeout_ms + CONFIG_LEASE_MARGIN_MS;
             u->lease_ms = cfg->lease_ms > floor ? cfg->lease_ms : floor;
+            if (u->lease_ms > ONCE_LEASE_MAX_MS)
+                return config_fail_at(c, config_up_line(c, i, "timeout") ? config_up_line(c, i, "timeout") : u->line,
+                                      "[upstream.%s]: timeout + 5s, its lease, is over the 7d a lease may last",
+                                      u->name);
         }
         if (config_finish_upstream_keys(c, i) != 0)
             return -1;

@@ -576,6 +576,16 @@ static void test_bad_values(void **state)
     tc_expect_error("[server]\nlease = 30\n", 2, "lease: '30' is not a duration");
     tc_expect_error("[server]\nlease = 0s\n", 2, "lease: must be more than 0");
     tc_expect_error("[server]\nretention = 0ms\n", 2, "retention: must be more than 0");
+    /* over the ledger's limits: refused at load, not as a 400 on every request */
+    tc_expect_error("[server]\nlease = 8d\n", 2, "lease: at most 7d");
+    tc_expect_error("[server]\nretention = 3651d\n", 2, "retention: at most 3650d");
+    tc_expect_error("[upstream.a]\nurl = http://a\nlease = 169h\n", 3, "lease: at most 7d");
+    tc_expect_error("[upstream.a]\nurl = http://a\nretention = 3651d\n", 3, "retention: at most 3650d");
+    tc_expect_error("[upstream.a]\nurl = http://a\ntimeout = 7d\n", 3, "over the 7d a lease may last");
+    once_config cfg;
+    tc_expect_ok("[server]\nlease = 7d\nretention = 3650d\n[upstream.a]\nurl = http://a\ntimeout = 6d\n", &cfg);
+    assert_int_equal(cfg.upstreams[0].lease_ms, 7LL * 24 * 3600 * 1000);
+    config_free(&cfg);
     tc_expect_error("[server]\nloop_interval = 0s\n", 2, "loop_interval: must be more than 0");
     tc_expect_error("[server]\nshutdown_grace = -1s\n", 2, "shutdown_grace: '-1s' is not a duration");
     tc_expect_error("[server]\nmax_body = 1MB\n", 2, "max_body: '1MB' is not a size");
@@ -823,10 +833,11 @@ static void test_lease_vs_timeout(void **state)
     tc_expect_ok("[upstream.a]\nurl = http://a\ntimeout = 30s\n", &cfg);
     assert_int_equal(cfg.upstreams[0].lease_ms, 35000);
     config_free(&cfg);
-    /* A timeout near the limit saturates instead of overflowing. */
-    tc_expect_ok("[upstream.a]\nurl = http://a\ntimeout = 9223372036854775807ms\n", &cfg);
-    assert_true(cfg.upstreams[0].lease_ms == INT64_MAX);
-    config_free(&cfg);
+    /* A timeout near the limit neither overflows nor passes: its lease would
+     * be over the ledger's 7 days, which refused every reservation (400 on
+     * each request) until it was checked at load. */
+    tc_expect_error("[upstream.a]\nurl = http://a\ntimeout = 9223372036854775807ms\n", 3,
+                    "over the 7d a lease may last");
 }
 
 static void test_overrides(void **state)
