@@ -497,7 +497,7 @@ static void actions_resolve(req *r, const char *scope, const char *key)
         return;
     }
     if (worker_run(r->srv->worker, resolve_job, a) < 0)
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+        req_not_started(r, "out of memory");
 }
 
 /* ---- routing ------------------------------------------------------------------ */

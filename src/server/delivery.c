@@ -181,8 +181,10 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
          * and it counts as an attempt, so a delivery that can never start
          * ends dead instead of spinning. */
         int dead = j->ev.attempt >= sc->max_attempts;
-        once_event_retry(d->srv->store, sc->name, j->ev.receipt, dead ? 0 : backoff_ms(sc, j->ev.attempt), dead,
-                         "the gateway could not start the delivery");
+        if (once_event_retry(d->srv->store, sc->name, j->ev.receipt, dead ? 0 : backoff_ms(sc, j->ev.attempt), dead,
+                             "the gateway could not start the delivery") < 0)
+            log_event("error", "source %s: event %s: cannot give the claim back (it ends with its lease): %s",
+                      sc->name, j->ev.event_id, once_errdetail());
         metrics_delivery(d->srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
         job_free(j);
         return -1;

@@ -22,13 +22,6 @@
 #define INBOX_MAX 100
 #define INBOX_LEASE_DEFAULT_MS 30000
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* ---- start / stop ------------------------------------------------------- */
 
 static int verifier_for(const source_cfg *sc, sig_verifier **out, char *err, size_t errlen)
@@ -198,7 +191,7 @@ static void on_inserted(void *ctx, int rc, const char *detail)
     }
     int inserted = g->inserted, push = g->src->cfg->deliver_to != NULL;
     metrics_webhook(srv->metrics, g->src->cfg->name, inserted ? MW_ACCEPTED : MW_DUPLICATE);
-    metrics_webhook_ack(srv->metrics, (mono_ms() - r->t0) / 1e3);
+    metrics_webhook_ack(srv->metrics, (req_clock_ms() - r->t0) / 1e3);
     r->outcome = inserted ? "accepted" : "duplicate";
     /* After the reply the request (and g) may be freed at any moment. */
     req_json(r, 200, json_pack("{s:s}", "status", inserted ? "accepted" : "duplicate"));
@@ -436,5 +429,5 @@ void inbox_handle(req *r, const char *source, const char *verb)
     ib->lease_ms = lease;
     ib->delay_ms = delay;
     if (worker_run(srv->worker, inbox_job, ib) < 0)
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+        req_not_started(r, "out of memory");
 }

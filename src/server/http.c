@@ -26,7 +26,7 @@
 #include "server/pct.h"
 #include "server/server.h"
 
-static double mono_ms(void)
+double req_clock_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -110,6 +110,14 @@ void req_problem(req *r, unsigned status, const char *code, const char *title, j
     once_vformat(detail, sizeof detail, fmt, ap);
     va_end(ap);
     req_reply(r, status, problem_response(status, code, title, extra, detail));
+}
+
+void req_not_started(req *r, const char *why)
+{
+    if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE))
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; nothing was done");
+    else
+        req_problem(r, 500, "internal", "Internal error", NULL, "%s; nothing was done", why);
 }
 
 void req_set_header(req *r, const char *name, const char *value)
@@ -202,7 +210,7 @@ static void route(req *r)
         if (uri[1] == 'h') {
             req_json(r, 200, json_pack("{s:s}", "status", "ok"));
         } else if (uri[1] == 'r') {
-            if (r->srv->stopping)
+            if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE))
                 req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
             else if (once_store_ping(r->srv->store) == ONCE_OK)
                 req_json(r, 200, json_pack("{s:s}", "status", "ready"));
@@ -310,7 +318,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     r->listen_up = l->up;
     r->uri = strdup(uri ? uri : "/");
     r->upstream_ms = -1;
-    r->t0 = mono_ms();
+    r->t0 = req_clock_ms();
     pthread_mutex_init(&r->mu, NULL);
     if (!r->uri) {
         pthread_mutex_destroy(&r->mu);
@@ -384,7 +392,7 @@ static enum MHD_Result send_ready(req *r)
     MHD_destroy_response(resp);
     metrics_http(r->srv->metrics, status);
     log_request(r->method, r->route, r->scope[0] ? r->scope : NULL, r->key_hash[0] ? r->key_hash : NULL, status,
-                r->outcome, r->upstream_ms, mono_ms() - r->t0);
+                r->outcome, r->upstream_ms, req_clock_ms() - r->t0);
     return ok;
 }
 

@@ -254,7 +254,6 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
     pthread_mutex_lock(&ob->mu);
     ob->in_flight--;
     pthread_mutex_unlock(&ob->mu);
-    c->easy = NULL;
     c->done(c);
 }
 
@@ -279,7 +278,6 @@ static void transfer_start(outbound *ob, out_call *c)
         c->done(c);
         return;
     }
-    c->easy = t->easy;
     t->next = ob->active;
     if (ob->active)
         ob->active->prev = t;

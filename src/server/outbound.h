@@ -48,7 +48,6 @@ struct out_call {
     buf resp_body;
     char error[256];
     double seconds;
-    void *easy;         /* private */
 };
 
 int outbound_start(outbound **out);

@@ -41,7 +41,7 @@ typedef struct proxy {
     char **headers;      /* "Name: value" lines to forward: the client's first */
     size_t nheaders;
     size_t nclient;      /* how many of headers are the client's */
-    buf meta;            /* the stored request, built only when a row is written */
+    char *meta;          /* the stored request, built only when a row is written */
     once_reserve_req rreq;
     once_reservation res;
     out_call call;
@@ -64,7 +64,7 @@ static void proxy_free(void *arg)
     free(px->headers);
     free(px->url);
     free(px->method);
-    buf_free(&px->meta);
+    free(px->meta);
     once_reservation_free(&px->res);
     out_call_clear(&px->call);
     free(px);
@@ -155,14 +155,6 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-static int body_is_utf8(const uint8_t *p, size_t n)
-{
-    json_t *s = json_stringn((const char *)p, n);
-    int ok = s != NULL;
-    json_decref(s);
-    return ok;
-}
-
 /* The client's headers as stored: [name, value] pairs, without its
  * credentials (authorization, cookie) and without injected secrets (those
  * come after the client's in px->headers). */
@@ -204,8 +196,9 @@ static int meta_build(void *arg, const uint8_t **data, size_t *len)
     if (!o)
         return ONCE_ENOMEM;
     if (r->body.len) {
-        if (body_is_utf8(r->body.data, r->body.len)) {
-            json_object_set_new(o, "body", json_stringn((const char *)r->body.data, r->body.len));
+        json_t *text = json_stringn((const char *)r->body.data, r->body.len); /* NULL: not UTF-8 */
+        if (text) {
+            json_object_set_new(o, "body", text);
         } else {
             size_t cap = 4 * ((r->body.len + 2) / 3) + 1;
             char *b64 = malloc(cap);
@@ -218,17 +211,13 @@ static int meta_build(void *arg, const uint8_t **data, size_t *len)
             free(b64);
         }
     }
-    char *s = json_dumps(o, JSON_COMPACT);
+    free(px->meta); /* a Prefer: wait retry describes the request again */
+    px->meta = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    if (!s)
+    if (!px->meta)
         return ONCE_ENOMEM;
-    px->meta.len = 0;
-    int rc = buf_append_str(&px->meta, s, ONCE_REQUEST_MAX);
-    free(s);
-    if (rc < 0)
-        return ONCE_EINVAL;
-    *data = (const uint8_t *)px->meta.data;
-    *len = px->meta.len;
+    *data = (const uint8_t *)px->meta;
+    *len = strlen(px->meta); /* the store refuses more than ONCE_REQUEST_MAX */
     return ONCE_OK;
 }
 
@@ -392,7 +381,7 @@ static void on_recorded(void *ctx, int rc, const char *detail)
                     "nothing was sent to the upstream (%s); the key is released", c->error);
         break;
     case PX_NOT_FORWARDED:
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; nothing was sent");
+        req_not_started(r, px->call.error);
         break;
     case PX_AMBIGUOUS:
         r->outcome = "unknown";
@@ -476,13 +465,16 @@ static void forward(proxy *px, out_done_fn done)
     c->max_response = px->up->max_response;
     c->done = done;
     c->ctx = px;
-    if (outbound_submit(r->srv->ob, c) < 0) {
-        if (done == on_upstream_done) {
-            snprintf(c->error, sizeof c->error, "the gateway is stopping");
+    int rc = outbound_submit(r->srv->ob, c);
+    if (rc < 0) {
+        /* Only a stopping gateway refuses calls; else memory ran out. The
+         * reason is kept with the released action: it must be the true one. */
+        snprintf(c->error, sizeof c->error, "%s",
+                 rc == ONCE_ECLOSED ? "the gateway is stopping" : "out of memory");
+        if (done == on_upstream_done)
             record(px, PX_NOT_FORWARDED, c->error);
-        } else {
-            req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
-        }
+        else
+            req_not_started(r, c->error);
     }
 }
 
@@ -491,6 +483,8 @@ static void forward(proxy *px, out_done_fn done)
 static void on_reserved(void *ctx, int rc, const char *detail)
 {
     proxy *px = ctx;
+    free(px->meta); /* written (or not): nothing reads it any more */
+    px->meta = NULL;
     if (rc < 0) {
         req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL,
                     "the reservation could not be made durable, so nothing was sent: %s", detail);
@@ -640,7 +634,10 @@ static const char *tpl_path(void *ctx, size_t n)
 static int key_from_template(proxy *px)
 {
     req *r = px->r;
-    json_t *body = r->body.len ? json_loadb((const char *)r->body.data, r->body.len, 0, NULL) : NULL;
+    /* Duplicate members are refused, as for webhook event ids: the key must
+     * not come from one copy of a field while the upstream reads the other. */
+    json_t *body = r->body.len ? json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES, NULL)
+                               : NULL;
     key_source src = {.header = tpl_header, .query = tpl_query, .path = tpl_path, .json = body, .ctx = px};
     char err[256] = "";
     int rc = key_template_eval(px->up->key, &src, px->key, sizeof px->key, err, sizeof err);

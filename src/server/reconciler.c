@@ -267,7 +267,9 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
         buf_free(&url);
         char step[400];
         snprintf(step, sizeof step, "lookup impossible: %s", why);
-        once_reconcile_failed(r->srv->store, up->name, l->action.key, 0, 1, step);
+        if (once_reconcile_failed(r->srv->store, up->name, l->action.key, 0, 1, step) < 0)
+            log_event("error", "upstream %s: %s: cannot hold the action (it is claimed again later): %s", up->name,
+                      l->action.key, once_errdetail());
         metrics_reconcile(r->srv->metrics, up->name, MR_HELD);
         lookup_free(l);
         return;

@@ -62,7 +62,7 @@ struct req {
     int started;
     int too_large;
     int dispatched;
-    double t0;
+    double t0;           /* req_clock_ms() when it arrived */
 
     pthread_mutex_t mu;
     int parked;
@@ -102,6 +102,14 @@ void req_reply(req *r, unsigned status, struct MHD_Response *resp);
  * and consumed. Any thread. */
 void req_problem(req *r, unsigned status, const char *code, const char *title, json_t *extra, const char *fmt,
                  ...) __attribute__((format(printf, 6, 7)));
+
+/* Milliseconds on the monotonic clock: what r->t0 is measured in. */
+double req_clock_ms(void);
+
+/* Answers a request whose work could not be started (a queue refused it;
+ * nothing was done): 503 shutting_down while the gateway stops, else 500
+ * internal with why. Any thread. */
+void req_not_started(req *r, const char *why);
 
 /* Adds a header to the answer this request will get. Call before the
  * answer (req_reply and friends), from the thread that will give it. */

@@ -94,6 +94,8 @@ def test_integer_json_field(env):
     ({"message_id": 1.5}, {"X-Step": "s"}, "json:/message_id"),
     ({"message_id": {"a": 1}}, {"X-Step": "s"}, "json:/message_id"),
     (b"not json", {"X-Step": "s"}, "json:/message_id"),
+    # duplicate members: the key must not come from one copy while the upstream reads the other
+    (b'{"message_id":"m1","message_id":"m2"}', {"X-Step": "s"}, "json:/message_id"),
 ])
 def test_missing_field_is_400_naming_it_and_nothing_is_sent(env, body, headers, field):
     gw, prov = env
