@@ -62,6 +62,16 @@ def store_kind(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def provider():
+    """The fake provider (tests/fakes/provider.py), one per test module; modules
+    that need a fresh one per test define their own."""
+    from gateway import Provider
+    p = Provider()
+    yield p
+    p.stop()
+
+
 @pytest.fixture
 def store_path(tmp_path):
     return tmp_path / "ledger.db"

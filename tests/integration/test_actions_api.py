@@ -10,17 +10,10 @@ from urllib.parse import quote
 
 import pytest
 
-from gateway import Gateway, Provider, assert_problem, describe, is_time, new_key, require_serve
+from gateway import Gateway, assert_problem, describe, is_time, new_key, require_serve
 
 RECORD_FIELDS = {"scope", "key", "state", "attempt", "created_at", "updated_at", "lease_expires_at",
                  "expires_at", "fingerprint", "provider_id", "error", "note", "response"}
-
-
-@pytest.fixture(scope="module")
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,8 @@ import time
 import pytest
 import requests
 
-from gateway import (Gateway, Provider, assert_problem, describe, new_key, outcome, parse_raw_response,
+from gateway import (Gateway, assert_problem, describe, new_key, outcome, parse_raw_response,
                      raw_exchange, require_serve)
-
-
-@pytest.fixture(scope="module")
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,9 @@ import time
 import pytest
 import requests
 
-from gateway import Gateway, Provider, describe, new_key, outcome, require_serve, thread_sampler
+from gateway import Gateway, describe, new_key, outcome, require_serve, thread_sampler
 
 MAX_THREADS = 32
-
-
-@pytest.fixture(scope="module")
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,6 @@ MAX_BODY = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
-
-
-@pytest.fixture(scope="module")
 def native_provider():
     p = Provider(native=True)
     yield p

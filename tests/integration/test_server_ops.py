@@ -14,17 +14,10 @@ import uuid
 import pytest
 import requests
 
-from gateway import (Gateway, Provider, assert_problem, describe, free_port, new_key, outcome,
+from gateway import (Gateway, assert_problem, describe, free_port, new_key, outcome,
                      require_serve)
 
 TOKENS = ("tok-alpha-0123456789", "tok-beta-9876543210")
-
-
-@pytest.fixture(scope="module")
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")
