@@ -748,6 +748,17 @@ static int config_want_bool(config_ctx *c, const char *v, int *out)
     return 0;
 }
 
+/* A key that takes one of two words: *out is 0 for the first, 1 for the second. */
+static int config_want_either(config_ctx *c, const char *v, const char *first, const char *second, int *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    if (strcmp(v, first) == 0 || strcmp(v, second) == 0) {
+        *out = strcmp(v, second) == 0;
+        return 0;
+    }
+    return config_fail(c, "%s: '%s' is not %s or %s", c->key, config_raw(c, q, sizeof q), first, second);
+}
+
 static int config_set_server_listen(config_ctx *c, const char *v)
 {
     return config_want_listen(c, v, &c->cfg->listen);
@@ -987,14 +998,10 @@ static int config_set_up_key_safe_methods(config_ctx *c, const char *v)
 
 static int config_set_up_on_mismatch(config_ctx *c, const char *v)
 {
-    char q[CONFIG_QUOTE_MAX];
-    if (strcmp(v, "replay") == 0)
-        config_cur(c)->on_mismatch = MISMATCH_REPLAY;
-    else if (strcmp(v, "reject") == 0)
-        config_cur(c)->on_mismatch = MISMATCH_REJECT;
-    else
-        return config_fail(c, "%s: '%s' is not replay or reject", c->key,
-                           config_raw(c, q, sizeof q));
+    int reject;
+    if (config_want_either(c, v, "replay", "reject", &reject) != 0)
+        return -1;
+    config_cur(c)->on_mismatch = reject ? MISMATCH_REJECT : MISMATCH_REPLAY;
     return 0;
 }
 
@@ -1143,15 +1150,7 @@ static int config_set_up_key(config_ctx *c, const char *v)
 
 static int config_set_up_key_source(config_ctx *c, const char *v)
 {
-    char q[CONFIG_QUOTE_MAX];
-    if (strcmp(v, "header") == 0)
-        config_cur(c)->key_from_template = 0;
-    else if (strcmp(v, "template") == 0)
-        config_cur(c)->key_from_template = 1;
-    else
-        return config_fail(c, "%s: '%s' is not header or template", c->key,
-                           config_raw(c, q, sizeof q));
-    return 0;
+    return config_want_either(c, v, "header", "template", &config_cur(c)->key_from_template);
 }
 
 /* Checks the {...} placeholder of a lookup path: name[0..n) is what is
@@ -1604,14 +1603,7 @@ static int config_set_src_signature_header(config_ctx *c, const char *v)
 
 static int config_set_src_signature_encoding(config_ctx *c, const char *v)
 {
-    char q[CONFIG_QUOTE_MAX];
-    if (strcmp(v, "hex") == 0)
-        config_cur_src(c)->signature_base64 = 0;
-    else if (strcmp(v, "base64") == 0)
-        config_cur_src(c)->signature_base64 = 1;
-    else
-        return config_fail(c, "%s: '%s' is not hex or base64", c->key, config_raw(c, q, sizeof q));
-    return 0;
+    return config_want_either(c, v, "hex", "base64", &config_cur_src(c)->signature_base64);
 }
 
 static int config_set_src_signature_prefix(config_ctx *c, const char *v)
