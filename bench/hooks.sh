@@ -57,13 +57,13 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+prog=bench/hooks.sh
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 
 build=${1:-build}
 once_bin="$build/once"
-if [ ! -x "$once_bin" ]; then
-  echo "bench/hooks.sh: $once_bin not found; build first (e.g. ninja -C $build once)" >&2
-  exit 1
-fi
+[ -x "$once_bin" ] || die "$once_bin not found; build first (e.g. ninja -C $build once)"
 
 secs=${BENCH_SECONDS:-10}
 reps=${BENCH_REPS:-2}
@@ -76,20 +76,16 @@ only=",${BENCH_ONLY:-new,dup,new-paced,dup-paced},"
 logmode=${ONCE_BENCH_LOG:-file}
 deadline=$((SECONDS + ${ONCE_BENCH_TIMEOUT:-900}))
 for v in "$secs" "$reps" "$warm" "$rate" "$wthreads" "$conns" "$othreads"; do
-  case $v in '' | *[!0-9]*)
-    echo "bench/hooks.sh: BENCH_SECONDS, BENCH_REPS, BENCH_WARMUP, BENCH_RATE, WRK_*, ONCE_THREADS must be integers" >&2
-    exit 1
-    ;;
-  esac
+  case $v in '' | *[!0-9]*) die "BENCH_SECONDS, BENCH_REPS, BENCH_WARMUP, BENCH_RATE, WRK_*, ONCE_THREADS must be integers" ;; esac
 done
-[ "$reps" -ge 1 ] && [ "$secs" -ge 1 ] || { echo "bench/hooks.sh: BENCH_REPS and BENCH_SECONDS must be >= 1" >&2; exit 1; }
-[ "$conns" -ge "$wthreads" ] && [ "$wthreads" -ge 1 ] || { echo "bench/hooks.sh: WRK_CONNECTIONS must be >= WRK_THREADS >= 1" >&2; exit 1; }
+[ "$reps" -ge 1 ] && [ "$secs" -ge 1 ] || die "BENCH_REPS and BENCH_SECONDS must be >= 1"
+[ "$conns" -ge "$wthreads" ] && [ "$wthreads" -ge 1 ] || die "WRK_CONNECTIONS must be >= WRK_THREADS >= 1"
 
 if ! command -v wrk >/dev/null; then
   bash scripts/deps --bench # installs wrk (as root)
 fi
 for t in wrk curl openssl sqlite3 jq; do
-  command -v "$t" >/dev/null || { echo "bench/hooks.sh: $t is missing (bash scripts/deps --bench; apt-get install $t)" >&2; exit 1; }
+  command -v "$t" >/dev/null || die "$t is missing (bash scripts/deps --bench; apt-get install $t)"
 done
 
 # ---- the temporary directory, the children, and their end -----------------------------
@@ -97,19 +93,6 @@ done
 tmp=$(mktemp -d "${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}}/once-hooks-bench.XXXXXX")
 once_pid=
 wrk_pid=
-
-stop_pid() { # pid signal: signal, wait up to 10 s, then SIGKILL
-  local pid=$1 sig=$2 i
-  [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
   local rc=$?
@@ -122,29 +105,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "bench/hooks.sh: interrupted" >&2; exit 130' INT TERM
 
-die() {
-  echo "bench/hooks.sh: $*" >&2
-  exit 1
-}
-
-time_left() {
-  [ "$SECONDS" -lt "$deadline" ] || die "ONCE_BENCH_TIMEOUT reached; stopping"
-}
-
 # A free TCP port on 127.0.0.1 (the kernel picks it).
-once_port=$(/usr/bin/python3 -c '
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+once_port=$(free_ports 1)
 
 # The 1 KB body, shared by curl and wrk (ONCE_BENCH_BODY), and its signature,
 # computed once (ONCE_BENCH_SIG): "sha256=" + hex HMAC-SHA256 of the body bytes.
-body="$tmp/body.json"
-printf '{"data":"%s"}' "$(head -c $((1024 - 11)) /dev/zero | tr '\0' x)" >"$body"
-[ "$(stat -c %s "$body")" -eq 1024 ] || die "body is not 1024 bytes"
+make_body
 secret="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 sig="sha256=$(openssl dgst -sha256 -hmac "$secret" -r "$body" | awk '{ print $1 }')"
 [[ $sig =~ ^sha256=[0-9a-f]{64}$ ]] || die "cannot sign the body with openssl (got '$sig')"
-export ONCE_BENCH_BODY="$body" ONCE_BENCH_SIG="$sig"
+export ONCE_BENCH_SIG="$sig"
 export ONCE_BENCH_THREADS="$wthreads" ONCE_BENCH_CONNECTIONS="$conns"
 run_id="h$(date +%s)-$$-$RANDOM"
 source=bench
@@ -167,24 +137,7 @@ signature_header = X-Signature
 signature_prefix = sha256=
 event_id = header:X-Event-Id
 EOF
-case $logmode in
-  null) once_log=/dev/null ;;
-  *) once_log="$tmp/once.log" ;;
-esac
-
-wait_http() { # url what pid
-  local i
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$3" 2>/dev/null || return 1
-    if curl -s -o /dev/null --max-time 1 "$1"; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
-"$once_bin" serve --config "$tmp/once.ini" 2>"$once_log" >/dev/null &
-once_pid=$!
-wait_http "http://127.0.0.1:$once_port/healthz" once "$once_pid" ||
-  die "once did not start: $(tail -n 5 "$tmp/once.log" 2>/dev/null)"
+start_once "$once_port"
 hook_url="http://127.0.0.1:$once_port/v1/hooks/$source"
 
 # The webhook as wrk sends it: accepted the first time, a duplicate the second;
@@ -219,38 +172,9 @@ metrics_snap() {
     $1 == "once_webhook_ack_seconds_bucket{le=\"0.01\"}" { a10 = $2 }
     END { print a + 0, d + 0, bs + 0, ni + 0, cs + 0, cc + 0, bsum + 0, bc + 0, as + 0, ac + 0, a10 + 0 }'
 }
-wal_bytes() { stat -c %s "$db-wal" 2>/dev/null || echo 0; }
 rows_of_source() { sqlite3 "file:$db?mode=ro" "SELECT count(*) FROM events WHERE source = '$source'" 2>/dev/null || echo "?"; }
 
-# ---- CPU accounting (from /proc: ticks of user + system time) ---------------------------
-
-hz=$(getconf CLK_TCK)
-proc_ticks() { # pid... -> summed utime+stime of the processes (all their threads)
-  local p s=0 t
-  for p in "$@"; do
-    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
-    s=$((s + t))
-  done
-  echo "$s"
-}
-thread_ticks() { # -> "tid ticks" per thread of once, by tid
-  local f
-  for f in /proc/"$once_pid"/task/*/stat; do
-    awk '{ tid = $1; sub(/^.*\) /, ""); print tid, $12 + $13 }' "$f" 2>/dev/null || true
-  done | sort -n
-}
-# once's threads are unnamed; they are created in this order (src/server/server.c,
-# src/store/sqlite_store.c): main, checkpointer, store writer, outbound (curl),
-# waiters, worker, the MHD pool (threads), the background loop. A pull source
-# adds no thread (the delivery thread runs only for push sources).
-thread_label() { # index (0-based, by tid) -> name
-  local i=$1
-  local names=(main checkpointer writer outbound waiters worker)
-  if [ "$i" -lt 6 ]; then echo "${names[$i]}"
-  elif [ "$i" -lt $((6 + othreads)) ]; then echo "http$((i - 5))"
-  elif [ "$i" -eq $((6 + othreads)) ]; then echo loop
-  else echo "t$i"; fi
-}
+# ---- CPU accounting (lib.sh: proc_ticks, thread_ticks, thread_label) -------------------
 
 child_cpu() { # -> user + system seconds of this shell's finished children (bash's `times`, 2nd line)
   times >"$tmp/times" # in this shell: in $(…) it would count the subshell's children
@@ -258,15 +182,6 @@ child_cpu() { # -> user + system seconds of this shell's finished children (bash
 }
 
 # ---- the runs --------------------------------------------------------------------------
-
-to_ms() { # wrk's 712.00us / 1.02ms / 1.50s / 2.00m -> milliseconds
-  awk -v v="$1" 'BEGIN {
-    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
-    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
-    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
-    else printf "nan" }'
-}
 
 failed=0
 out="$tmp/wrk.txt"
@@ -293,11 +208,10 @@ run_one() { # target seconds record(0|1) rep
     m0=$(metrics_snap) wal0=$(wal_bytes)
     case $target in dup*) rows0=$(rows_of_source) ;; esac
   fi
-  local o0 th0 idle0 tot0 a b c i e f g h c0 c1
-  read -r _ a b c i e f g h _ </proc/stat
-  tot0=$((a + b + c + i + e + f + g + h)) idle0=$((i + e))
+  local o0 th0 idle0 tot0 c0 c1
+  read -r tot0 idle0 < <(machine_ticks)
   o0=$(proc_ticks "$once_pid")
-  th0=$(thread_ticks)
+  th0=$(thread_ticks "$once_pid")
   child_cpu >"$tmp/c0"
   ONCE_BENCH_RUN="$run_id-$target-$rep" ONCE_BENCH_RATE="$pace" timeout --signal=INT --kill-after=5 $((d + 30)) \
     wrk -t"$wthreads" -c"$conns" -d"${d}s" --timeout 5s --latency -s "$script" "$hook_url" >"$out" 2>&1 &
@@ -309,44 +223,24 @@ run_one() { # target seconds record(0|1) rep
   c0=$(cat "$tmp/c0") c1=$(cat "$tmp/c1")
   local o1 th1 idle1 tot1
   o1=$(proc_ticks "$once_pid")
-  th1=$(thread_ticks)
-  read -r _ a b c i e f g h _ </proc/stat
-  tot1=$((a + b + c + i + e + f + g + h)) idle1=$((i + e))
+  th1=$(thread_ticks "$once_pid")
+  read -r tot1 idle1 < <(machine_ticks)
   [ "$rc" -eq 0 ] || die "wrk failed on $target (exit $rc): $(tail -n 5 "$out")"
   [ "$record" = 1 ] || return 0
 
   local rps p50 p99 n non2xx errs
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
-  p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "$out")")
-  p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "$out")")
-  n=$(awk '/ requests in / { print $1 }' "$out")
-  non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$out")
-  errs=$(awk '/Socket errors:/ { sub(/^.*Socket errors: /, ""); print }' "$out")
-  [ -n "$rps" ] && [ -n "$n" ] || die "cannot read wrk's output for $target: $(cat "$out")"
-  printf '  run %d %-12s %10.0f req/s  p50 %7.2f ms  p99 %7.2f ms  (%s requests%s%s)\n' "$rep" "$(name_of "$target")" \
-    "$rps" "$p50" "$p99" "$n" "${non2xx:+, $non2xx non-2xx}" "${errs:+, socket errors: $errs}"
-  if [ -n "$non2xx" ] || [ -n "$errs" ]; then failed=1; fi
+  wrk_result "$out" "$target" "$rep" "$(name_of "$target")"
 
   # Where the CPU went during the run (2 cores = 200%).
-  local span=$((tot1 - tot0)) busy
-  busy=$(awk -v s="$span" -v i="$((idle1 - idle0))" 'BEGIN { printf "%.0f", s ? 100 * (s - i) / s : 0 }')
+  local busy
+  busy=$(machine_busy "$tot0" "$idle0" "$tot1" "$idle1")
   local line
   line=$(awk -v o=$((o1 - o0)) -v hz="$hz" -v d="$d" -v w="$(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')" \
     -v m=$((busy * $(nproc))) -v cap=$(($(nproc) * 100)) 'BEGIN {
     once = 100 * o / hz / d; wrk = 100 * w / d; other = m - once - wrk
     printf "      cpu (100%% = one core): once %.0f%%, wrk %.0f%%, other work %.0f%%; whole machine %d%% of %d%%",
       once, wrk, other < 0 ? 0 : other, m, cap }')
-  local per
-  per=$(awk -v hz="$hz" -v d="$d" 'NR == FNR { t0[$1] = $2; next } { printf "%s %.0f\n", $1, 100 * ($2 - t0[$1]) / hz / d }' \
-    <(echo "$th0") <(echo "$th1"))
-  local j=0 parts="" tid pct nth
-  nth=$(wc -l <<<"$per")
-  while read -r tid pct; do
-    # the labels hold for this configuration only (7 threads + the MHD pool + the loop)
-    if [ "$nth" -eq $((othreads + 7)) ]; then parts+="$(thread_label $j) ${pct}%, "; else parts+="$tid ${pct}%, "; fi
-    j=$((j + 1))
-  done <<<"$per"
-  line+=$'\n'"      once threads: ${parts%, }"
+  line+=$'\n'"      once threads: $(thread_cpu "$th0" "$th1" "$d")"
   echo "$line"
 
   sleep 0.5 # the requests in flight when wrk stopped are answered by now
@@ -393,45 +287,18 @@ done
 mkdir -p bench/out
 report="$tmp/report.txt"
 {
-  echo "# bench/hooks.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), $(nproc) cores," \
-    "commit $(git rev-parse --short HEAD 2>/dev/null || echo none)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  report_head
   echo "# wrk -t$wthreads -c$conns -d${secs}s --latency, 1024-byte JSON webhook, HMAC-SHA256 checked on each;" \
     "once [server] threads = $othreads; paced runs at $rate events/s; $reps repetitions, medians below"
-  echo "# store: $(df -T "$tmp" | awk 'NR == 2 { print $2 }') under ${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}}; once log: $logmode;" \
+  echo "# store: $(fs_type "$tmp") under ${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}}; once log: $logmode;" \
     "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$report"
-if [ "$(stat -f -c %T "$tmp")" = tmpfs ]; then
-  echo "# warning: the store is on tmpfs, where fsync costs nothing: set ONCE_BENCH_DIR to a real disk" | tee -a "$report"
-fi
+warn_tmpfs
 
-# A run that fails stops the benchmark; if once is gone, say how it ended and
-# keep its log (bench/out/hooks-once.log) for the post-mortem.
-run_failed() {
-  if [ -n "$once_pid" ] && ! kill -0 "$once_pid" 2>/dev/null; then
-    local st=0
-    wait "$once_pid" || st=$?
-    once_pid=
-    local how="exit status $st"
-    [ "$st" -gt 128 ] && how="killed by signal $((st - 128)) ($(kill -l $((st - 128)) 2>/dev/null))"
-    echo "bench/hooks.sh: once ended during the benchmark: $how; last lines of its log:" | tee -a "$report" >&2
-    grep -v '"route"' "$once_log" 2>/dev/null | tail -n 5 | tee -a "$report" >&2
-    [ "$once_log" = /dev/null ] || cp "$once_log" bench/out/hooks-once.log
-    cp "$report" bench/out/hooks.txt
-  fi
-  exit 1
-}
-if [ "$warm" -gt 0 ]; then
-  for t in "${targets[@]}"; do (run_one "$t" "$warm" 0 0) || run_failed; done
-fi
-for ((rep = 1; rep <= reps; rep++)); do
-  for t in "${targets[@]}"; do
-    run_one "$t" "$secs" 1 "$rep" | tee -a "$report" || run_failed
-    kill -0 "$once_pid" 2>/dev/null || run_failed
-  done
-done
+# A run that fails stops the benchmark (lib.sh: run_failed keeps once's log in
+# bench/out/hooks-once.log if once is gone).
+run_targets
 grep -q '(ok: no)$\|non-2xx\|socket errors' "$report" && failed=1
-
-median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # run_one ran in a pipeline (a subshell): collect what it measured from the report.
 declare -A MR M50 M99
@@ -456,7 +323,6 @@ label() {
     printf '%-28s %10.0f %9.2f %9.2f\n' "$(label "$t")" "${MR[$t]}" "${M50[$t]}" "${M99[$t]}"
   done
   echo
-  yn() { awk -v c="$1" 'BEGIN { print (c ? "yes" : "no") }'; }
   for t in new-paced dup-paced; do
     [ -n "${M99[$t]:-}" ] || continue
     kind=new
@@ -490,18 +356,7 @@ cat "$report.checks" >>"$report"
 grep -q '(equal: no)$' "$report.checks" && failed=1
 
 # once must stop on SIGTERM (drain, then exit 0) — not be killed by the trap.
-if [ -n "$once_pid" ]; then
-  kill -TERM "$once_pid" 2>/dev/null || true
-  stopped=no
-  for ((i = 0; i < 150; i++)); do
-    kill -0 "$once_pid" 2>/dev/null || { stopped=yes; break; }
-    sleep 0.1
-  done
-  st=killed
-  if [ "$stopped" = yes ]; then st=0; wait "$once_pid" || st=$?; once_pid=; fi
-  echo "check: once stopped within 15 s of SIGTERM: $stopped (exit status $st)" | tee -a "$report"
-  [ "$stopped" = yes ] && [ "$st" = 0 ] || { failed=1; grep -v '"route"' "$once_log" 2>/dev/null | tail -n 3 | tee -a "$report"; }
-fi
+check_sigterm
 
 # Once stopped, the CLI reads the same rows (it lists at most 100000).
 if [ -z "$once_pid" ]; then
@@ -514,9 +369,4 @@ if [ -z "$once_pid" ]; then
   [ "$ok" = yes ] || failed=1
 fi
 
-cp "$report" bench/out/hooks.txt
-echo "bench/hooks.sh: output in bench/out/hooks.txt"
-if [ "$failed" -ne 0 ]; then
-  echo "bench/hooks.sh: some answers were wrong or a check failed (see above)" >&2
-  exit 1
-fi
+finish

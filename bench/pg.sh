@@ -36,10 +36,13 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+prog=bench/pg.sh
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 build=${1:-build}
 once_bin="$build/once"
-[ -x "$once_bin" ] || { echo "bench/pg.sh: $once_bin not found; build first" >&2; exit 1; }
-[ -x "$build/bench_pg" ] || { echo "bench/pg.sh: $build/bench_pg not found; build first (ninja -C $build bench_pg)" >&2; exit 1; }
+[ -x "$once_bin" ] || die "$once_bin not found; build first"
+[ -x "$build/bench_pg" ] || die "$build/bench_pg not found; build first (ninja -C $build bench_pg)"
 
 secs=${BENCH_SECONDS:-10}
 warm=${BENCH_WARMUP:-1}
@@ -51,15 +54,9 @@ lthreads=${BENCH_LEDGER_THREADS:-1,64}
 lsecs=${BENCH_LEDGER_SECONDS:-5}
 deadline=$((SECONDS + ${ONCE_BENCH_TIMEOUT:-1200}))
 
-if ! command -v wrk >/dev/null || { ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; }; then
-  bash scripts/deps --bench
-fi
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-for t in wrk curl "$nginx_bin"; do
-  command -v "$t" >/dev/null || { echo "bench/pg.sh: $t is missing (bash scripts/deps --bench)" >&2; exit 1; }
-done
+need_wrk_nginx
 psql_bin=$(ls -d /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -1)
-[ -n "$psql_bin" ] || { echo "bench/pg.sh: PostgreSQL is not installed (bash scripts/deps)" >&2; exit 1; }
+[ -n "$psql_bin" ] || die "PostgreSQL is not installed (bash scripts/deps)"
 
 tmp=$(mktemp -d "${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}}/once-pg-bench.XXXXXX")
 chmod 755 "$tmp" # scripts/pg runs PostgreSQL as an unprivileged user
@@ -68,19 +65,6 @@ once_pids=()
 wrk_pids=()
 pg_dir="$tmp/pg"
 pg_started=
-
-stop_pid() { # pid signal
-  local pid=$1 sig=$2 i
-  [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
   local rc=$? p
@@ -95,31 +79,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "bench/pg.sh: interrupted" >&2; exit 130' INT TERM
 
-die() { echo "bench/pg.sh: $*" >&2; exit 1; }
-time_left() { [ "$SECONDS" -lt "$deadline" ] || die "ONCE_BENCH_TIMEOUT reached; stopping"; }
-
-free_ports() { # n -> n free loopback ports
-  /usr/bin/python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss: s.close()' "$1"
-}
-
-wait_http() { # url pid
-  local i
-  for ((i = 0; i < 150; i++)); do
-    kill -0 "$2" 2>/dev/null || return 1
-    curl -s -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-body="$tmp/body.json"
-printf '{"data":"%s"}' "$(head -c $((1024 - 11)) /dev/zero | tr '\0' x)" >"$body"
-export ONCE_BENCH_BODY="$body"
+make_body
 run_id="p$(date +%s)-$$-$RANDOM"
 mkdir -p bench/out
 report="$tmp/report.txt"
@@ -127,42 +87,27 @@ report="$tmp/report.txt"
 # ---- nginx, PostgreSQL ------------------------------------------------------------------
 
 read -r up_port px_port < <(free_ports 2)
-mkdir -p "$tmp/nginx"
-sed -e "s#@PREFIX@#$tmp/nginx#g" -e "s#@UP_PORT@#$up_port#g" -e "s#@PROXY_PORT@#$px_port#g" \
-  -e "s#@NGINX_WORKERS@#$nworkers#g" bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
-"$nginx_bin" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" >"$tmp/nginx/stdout.log" 2>&1 &
-nginx_pid=$!
-wait_http "http://127.0.0.1:$up_port/" "$nginx_pid" || die "nginx did not start"
+start_nginx "$up_port" "$px_port" "$nworkers"
+wait_http "http://127.0.0.1:$up_port/" "$nginx_pid" 150 || die "nginx did not start"
 
 pg_started=1
 pg_url=$(bash scripts/pg start "$pg_dir" | tail -1) || die "scripts/pg start failed"
 pg_pm=$(head -1 "$pg_dir/data/postmaster.pid")
 
 {
-  echo "# bench/pg.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), $(nproc) cores," \
-    "commit $(git rev-parse --short HEAD 2>/dev/null || echo none)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  report_head
   echo "# wrk: $conns connections in all (split over the nodes), ${secs}s per run, 1024-byte JSON POST;" \
     "once [server] threads = $othreads; nginx worker_processes $nworkers"
   echo "# PostgreSQL $("$psql_bin" -X -At -d "$pg_url" -c 'SHOW server_version' 2>/dev/null)" \
     "(fsync on, synchronous_commit $("$psql_bin" -X -At -d "$pg_url" -c 'SHOW synchronous_commit'))" \
-    "on $(df -T "$tmp" | awk 'NR == 2 { print $2 }') under ${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}};" \
+    "on $(fs_type "$tmp") under ${ONCE_BENCH_DIR:-${TMPDIR:-/tmp}};" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$report"
 
-# ---- CPU accounting ---------------------------------------------------------------------
+# ---- CPU accounting (lib.sh: proc_ticks, machine_ticks) ---------------------------------
 
-hz=$(getconf CLK_TCK)
-ticks() { # pid... -> utime+stime
-  local p s=0 t
-  for p in "$@"; do
-    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
-    s=$((s + t))
-  done
-  echo "$s"
-}
 pg_procs() { echo "$pg_pm $(pgrep -P "$pg_pm" | tr '\n' ' ')"; }
 nginx_procs() { echo "$nginx_pid $(pgrep -P "$nginx_pid" | tr '\n' ' ')"; }
-machine() { local a b c i e f g h; read -r _ a b c i e f g h _ </proc/stat; echo "$((a + b + c + i + e + f + g + h)) $((i + e))"; }
 
 # ---- nodes ------------------------------------------------------------------------------
 
@@ -186,7 +131,7 @@ EOF
     once_pids+=($!)
   done
   for ((i = 0; i < k; i++)); do
-    wait_http "http://127.0.0.1:${node_ports[$i]}/readyz" "${once_pids[$i]}" ||
+    wait_http "http://127.0.0.1:${node_ports[$i]}/readyz" "${once_pids[$i]}" 150 ||
       die "node $i did not start: $(tail -n 5 "$tmp/node$i.log")"
   done
 }
@@ -208,18 +153,13 @@ stop_nodes() { # -> checks a clean exit of each
 metric_sum() { # outcome -> sum over the nodes of once_actions_total{scope="bench",outcome=...}
   local s=0 v p
   for p in "${node_ports[@]}"; do
-    v=$(curl -s --max-time 10 "http://127.0.0.1:$p/metrics" |
-      awk -v want="once_actions_total{scope=\"bench\",outcome=\"$1\"}" '$1 == want { v = $2 } END { print v + 0 }')
+    v=$(actions_metric "$p" "$1")
     s=$((s + ${v%.*}))
   done
   echo "$s"
 }
 
-outcome_of() { # port key -> "status outcome"
-  curl -s -o /dev/null -D - --max-time 10 -X POST -H 'Content-Type: application/json' \
-    -H "Idempotency-Key: $2" --data-binary "@$body" "http://127.0.0.1:$1/v1/proxy/bench/" |
-    awk 'tolower($1) == "once-outcome:" { o = $2 } NR == 1 { s = $2 } END { gsub(/\r/, "", o); print s, o }'
-}
+node_url() { echo "http://127.0.0.1:$1/v1/proxy/bench/"; } # port -> the proxy URL of that node
 
 # ---- one measured run: k wrk in parallel, one per node ----------------------------------
 
@@ -235,13 +175,13 @@ run_wrk() { # label mode(new|replay) seconds record
   [ "$c" -ge 1 ] || c=1
   local m0 o0 p0 n0 mt0 mi0
   m0=$(metric_sum "$([ "$mode" = new ] && echo new || echo replayed)")
-  o0=$(ticks "${once_pids[@]}"); p0=$(ticks $(pg_procs)); n0=$(ticks $(nginx_procs))
-  read -r mt0 mi0 < <(machine)
+  o0=$(proc_ticks "${once_pids[@]}"); p0=$(proc_ticks $(pg_procs)); n0=$(proc_ticks $(nginx_procs))
+  read -r mt0 mi0 < <(machine_ticks)
   wrk_pids=()
   for ((i = 0; i < k; i++)); do
     ONCE_BENCH_RUN="$run_id-$label-$mode-$record-n$i" timeout --signal=INT --kill-after=5 $((d + 30)) \
       wrk -t"$([ "$c" -ge 2 ] && echo 2 || echo 1)" -c"$c" -d"${d}s" --timeout 5s --latency -s "$script" \
-      "http://127.0.0.1:${node_ports[$i]}/v1/proxy/bench/" >"$tmp/wrk$i.txt" 2>&1 &
+      "$(node_url "${node_ports[$i]}")" >"$tmp/wrk$i.txt" 2>&1 &
     wrk_pids+=($!)
   done
   local rc=0
@@ -250,8 +190,8 @@ run_wrk() { # label mode(new|replay) seconds record
   [ "$rc" -eq 0 ] || die "wrk failed on $label $mode: $(tail -n 3 "$tmp"/wrk*.txt)"
   [ "$record" = 1 ] || return 0
   local o1 p1 n1 mt1 mi1
-  o1=$(ticks "${once_pids[@]}"); p1=$(ticks $(pg_procs)); n1=$(ticks $(nginx_procs))
-  read -r mt1 mi1 < <(machine)
+  o1=$(proc_ticks "${once_pids[@]}"); p1=$(proc_ticks $(pg_procs)); n1=$(proc_ticks $(nginx_procs))
+  read -r mt1 mi1 < <(machine_ticks)
   local rps=0 n=0 p99max=0 bad="" r q l
   for ((i = 0; i < k; i++)); do
     r=$(awk '/^Requests\/sec:/ { print $2 }' "$tmp/wrk$i.txt")
@@ -285,10 +225,10 @@ bench_config() { # label store-url nodes
   local label=$1 url=$2 k=$3
   start_nodes "$url" "$k"
   local key="$run_id-$label-replay" got i
-  got=$(outcome_of "${node_ports[0]}" "$key")
+  got=$(outcome_of "$(node_url "${node_ports[0]}")" "$key")
   [ "$got" = "200 completed" ] || die "$label: the first request answered '$got', not '200 completed'"
   for ((i = 0; i < k; i++)); do
-    got=$(outcome_of "${node_ports[$i]}" "$key")
+    got=$(outcome_of "$(node_url "${node_ports[$i]}")" "$key")
     [ "$got" = "200 replayed" ] || die "$label: node $i answered the retry '$got', not '200 replayed'"
   done
   export ONCE_BENCH_KEY="$key"
@@ -355,9 +295,4 @@ if [ -x "$build/bench_ledger" ]; then
 fi
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$report"
 
-cp "$report" bench/out/pg.txt
-echo "bench/pg.sh: output in bench/out/pg.txt"
-if [ "$failed" -ne 0 ]; then
-  echo "bench/pg.sh: some answers were wrong or a check failed (see above)" >&2
-  exit 1
-fi
+finish
