@@ -160,6 +160,12 @@ int once_global_init(void);
  * (newer schema; the file is left untouched), ONCE_ENOMEM. */
 int once_store_open(const char *url, once_store **out);
 
+/* The store URL as it may be printed or logged: the password of a
+ * postgres:// URL (in its user:password@ part or a password= parameter)
+ * becomes "***". Writes at most cap bytes with the NUL into out (cutting a
+ * longer URL). 0, or ONCE_EINVAL when out is NULL or cap is 0. */
+int once_store_url_redact(const char *url, char *out, size_t cap);
+
 /* Waits for queued operations to finish, stops the store's threads and
  * frees it. NULL is fine. Not thread-safe against other calls on store. */
 void once_store_close(once_store *store);

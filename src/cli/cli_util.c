@@ -128,7 +128,7 @@ void cli_print_command_help(const cli_command *cmd, FILE *out)
     if (cmd->help != NULL)
         fprintf(out, "\n%s", cmd->help);
     fputs("\nGlobal option:\n"
-          "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE)\n",
+          "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE) or postgres://...\n",
           out);
 }
 
@@ -139,7 +139,9 @@ int cli_open_store(const cli_ctx *ctx, once_store **out)
         return CLI_EXIT_OK;
     char q[CLI_QUOTE_MAX];
     char what[CLI_QUOTE_MAX + 32];
-    snprintf(what, sizeof what, "cannot open store '%s'", cli_quote(ctx->store_url, q, sizeof q));
+    char shown[CLI_QUOTE_MAX * 4];
+    once_store_url_redact(ctx->store_url, shown, sizeof shown); /* never a password on a terminal */
+    snprintf(what, sizeof what, "cannot open store '%s'", cli_quote(shown, q, sizeof q));
     cli_fail_once(rc, what);
     /* Even a malformed URL is a store problem, not a misuse of a command. */
     return CLI_EXIT_STORE;

@@ -38,6 +38,13 @@ static int check_config_file(const char *path)
     }
     /* Escaped: a file name can hold anything, and this is one line. */
     char *q = cli_escape_dup(path, strlen(path), 0);
+    char why[CHECK_CONFIG_ERR_MAX];
+    if (config_check_exposure(&cfg, why, sizeof why) < 0) {
+        cli_print_error("%s: %s", q != NULL ? q : path, why);
+        free(q);
+        config_free(&cfg);
+        return CLI_EXIT_USAGE;
+    }
     printf("%s: ok (%zu upstream%s, %zu webhook source%s)\n", q != NULL ? q : path, cfg.nupstreams,
            cfg.nupstreams == 1 ? "" : "s", cfg.nsources, cfg.nsources == 1 ? "" : "s");
     free(q);

@@ -70,6 +70,12 @@ static int serve_run(cli_ctx *ctx, int argc, char **argv)
         config_free(&cfg);
         return CLI_EXIT_STORE;
     }
+    /* Checked after the flags: --listen may be what exposes it. */
+    if (config_check_exposure(&cfg, err, sizeof err) < 0) {
+        cli_print_error("%s", err);
+        config_free(&cfg);
+        return CLI_EXIT_STORE; /* 2: refusing to start, as for a store that cannot open */
+    }
     int status = server_run(&cfg);
     config_free(&cfg);
     return status;

@@ -57,7 +57,10 @@ static int store_open(const char *url, once_store **out)
     }
     if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0)
         return pg_store_open(url, out);
-    return once_fail(ONCE_EINVAL, "store: unknown URL scheme in '%.64s' (expected sqlite:PATH)", url);
+    char shown[96];
+    once_store_url_redact(url, shown, sizeof shown);
+    return once_fail(ONCE_EINVAL, "store: unknown URL scheme in '%.64s' (expected sqlite:PATH or postgres://...)",
+                     shown);
 }
 
 void once_store_close(once_store *store)

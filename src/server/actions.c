@@ -13,6 +13,8 @@
 #include "server/server.h"
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
+/* The longest actions path: two segments of an escaped scope and key. */
+#define ACTIONS_PATH_MAX 2048
 
 typedef struct act {
     req *r;
@@ -148,6 +150,22 @@ static int member_name(act *a, int fenced)
     return 0;
 }
 
+/* The scopes of upstreams belong to the gateway (DESIGN.md §6): an agent
+ * that reserved or settled there could forge an outcome that proxied
+ * retries replay, or squat a key the proxy derives. An upstream opts in
+ * with actions_api = yes. 0, or answered (403) and -1. */
+static int scope_open(act *a)
+{
+    const upstream_cfg *up = config_upstream(a->r->srv->cfg, a->scope);
+    if (!up || up->actions_api)
+        return 0;
+    req_problem(a->r, 403, "scope_reserved", "Scope reserved", json_pack("{s:s}", "scope", a->scope),
+                "scope '%s' belongs to the upstream of that name; the actions API may act there only when the "
+                "upstream says actions_api = yes",
+                a->scope);
+    return -1;
+}
+
 /* ---- POST /v1/actions ------------------------------------------------------ */
 
 static void reserve_answer(act *a)
@@ -255,7 +273,7 @@ static void actions_reserve(req *r)
     if (!a || body_parse(a) < 0)
         return;
     int templated = json_object_get(a->body, "key_template") && !json_object_get(a->body, "key");
-    if (templated ? key_from_template(a) < 0 : member_name(a, 0) < 0)
+    if ((templated ? key_from_template(a) < 0 : member_name(a, 0) < 0) || scope_open(a) < 0)
         return;
     const char *fp;
     if (member_str(a, "fingerprint", 0, &fp) < 0)
@@ -325,7 +343,7 @@ static void on_settled(void *ctx, int rc, const char *detail)
 static void actions_settle(req *r, const char *verb)
 {
     act *a = act_new(r);
-    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0)
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
         return;
     once_store *st = r->srv->store;
     int rc;
@@ -500,77 +518,82 @@ static void actions_resolve(req *r, const char *scope, const char *key)
         req_not_started(r, "out of memory");
 }
 
-/* ---- routing ------------------------------------------------------------------ */
+/* ---- routes ------------------------------------------------------------------ */
 
-static void method_not_allowed(req *r, const char *allow)
+static void actions_complete(req *r)
 {
-    req_set_header(r, "Allow", allow);
-    req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", allow),
-                "use %s", allow);
+    actions_settle(r, "complete");
 }
 
-void actions_handle(req *r, const char *path, const char *query)
+static void actions_release(req *r)
 {
-    const char *m = r->method;
-    int post = strcmp(m, "POST") == 0, get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
-    if (strcmp(path, "/v1/actions") == 0) {
-        if (post)
-            actions_reserve(r);
-        else if (get)
-            actions_list(r, query);
-        else
-            method_not_allowed(r, "GET, POST");
-        return;
-    }
-    /* Raw segments after /v1/actions/, each percent-decoded on its own so
-     * that %2F stays inside a key. */
-    const char *rest = path + strlen("/v1/actions/");
-    const char *seg[4];
-    size_t len[4], n = 0;
-    const char *p = rest;
-    while (n < 4) {
-        const char *slash = strchr(p, '/');
-        seg[n] = p;
-        len[n] = slash ? (size_t)(slash - p) : strlen(p);
-        n++;
-        if (!slash)
-            break;
-        p = slash + 1;
-    }
-    if (n == 1 && (strcmp(rest, "complete") == 0 || strcmp(rest, "release") == 0 || strcmp(rest, "unknown") == 0)) {
-        if (!post) {
-            method_not_allowed(r, "POST");
-            return;
-        }
-        actions_settle(r, rest);
-        return;
-    }
-    int resolve = n == 3 && len[2] == 7 && strncmp(seg[2], "resolve", 7) == 0;
-    if ((n != 2 && !resolve) || len[0] == 0 || len[1] == 0) {
-        req_problem(r, 404, "not_found", "Not found", NULL, "no route for %.200s", path);
-        return;
-    }
-    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
-    if (pct_decode(seg[0], len[0], scope, sizeof scope) < 0 || pct_decode(seg[1], len[1], key, sizeof key) < 0) {
+    actions_settle(r, "release");
+}
+
+static void actions_unknown(req *r)
+{
+    actions_settle(r, "unknown");
+}
+
+/* The {scope} and {key} segments of the path, each percent-decoded on its
+ * own (so %2F stays inside a key) and validated. 0, or answered and -1. */
+static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
+{
+    const route_match *m = &r->match;
+    if (pct_decode(m->seg[0], m->seglen[0], scope, scap) < 0 || pct_decode(m->seg[1], m->seglen[1], key, kcap) < 0) {
         req_problem(r, 400, "bad_request", "Bad request", NULL,
                     "malformed percent-encoding, or a scope or key that is too long");
-        return;
+        return -1;
     }
     int rc = once_scope_validate(scope);
     if (rc == ONCE_OK)
         rc = once_key_validate(key);
     if (rc < 0) {
         act_fail(r, rc, once_errdetail());
-        return;
+        return -1;
     }
-    if (resolve) {
-        if (!post)
-            method_not_allowed(r, "POST");
-        else
-            actions_resolve(r, scope, key);
-    } else if (get) {
-        actions_get(r, scope, key);
-    } else {
-        method_not_allowed(r, "GET");
-    }
+    return 0;
 }
+
+static void actions_get_route(req *r)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
+        actions_get(r, scope, key);
+}
+
+static void actions_resolve_route(req *r)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
+        actions_resolve(r, scope, key);
+}
+
+static void actions_list_route(req *r)
+{
+    actions_list(r, r->match.query);
+}
+
+/* Paths beyond what any action can name are refused before reading. */
+static int actions_admit(req *r, problem *p)
+{
+    if (strcspn(r->uri, "?") >= ACTIONS_PATH_MAX)
+        return problem_set(p, 414, "bad_request", "URI too long", "the path is too long");
+    return 0;
+}
+
+const route actions_routes[] = {
+    {.pattern = "/v1/actions", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"GET", actions_list_route}, {"POST", actions_reserve}}},
+    {.pattern = "/v1/actions/complete", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_complete}}},
+    {.pattern = "/v1/actions/release", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_release}}},
+    {.pattern = "/v1/actions/unknown", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_unknown}}},
+    {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"GET", actions_get_route}}},
+    {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_resolve_route}}},
+    {.pattern = NULL},
+};

@@ -66,6 +66,8 @@
 #define CONFIG_DEFAULT_LOOP_MS 1000
 #define CONFIG_DEFAULT_TIMEOUT_MS 60000
 #define CONFIG_DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
+#define CONFIG_DEFAULT_PER_CLIENT 256u
+#define CONFIG_DEFAULT_REQUEST_TIMEOUT_MS 30000
 /* Reconciliation (lookup = ...) defaults and limits. */
 #define CONFIG_LOOKUP_BACKOFF_MS 10000
 #define CONFIG_LOOKUP_ATTEMPTS 5
@@ -522,26 +524,54 @@ fail:
 
 typedef int (*config_line_fn)(config_ctx *c, const char *fname, int fline, const char *s, size_t n);
 
+/* A path named by a key: relative paths are relative to the config's
+ * directory, so the server does not depend on its working directory. The
+ * result is malloc'd; NULL after recording an error. */
+static char *config_resolve_path(config_ctx *c, const char *value)
+{
+    if (value[0] == '\0') {
+        config_fail(c, "%s: empty file name", c->key);
+        return NULL;
+    }
+    char *full;
+    if (value[0] != '/' && c->dir != NULL) {
+        size_t need = strlen(c->dir) + 1 + strlen(value) + 1;
+        full = malloc(need);
+        if (full != NULL)
+            snprintf(full, need, "%s/%s", c->dir, value);
+    } else {
+        full = strdup(value);
+    }
+    if (full == NULL)
+        config_fail_oom(c);
+    return full;
+}
+
+/* Remembers a file that holds a secret, so `once serve` can warn when
+ * others may read it. */
+static int config_note_secret_file(config_ctx *c, const char *path)
+{
+    once_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->nsecret_files; i++)
+        if (strcmp(cfg->secret_files[i], path) == 0)
+            return 0;
+    if (config_push_str(&cfg->secret_files, &cfg->nsecret_files, path, strlen(path)) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
 /* Reads the file a *_file key names and hands each non-blank, non-#
  * line (trimmed) to fn, so secrets can live outside the config (and outside
- * inih's 200-byte lines). Relative paths are relative to the config's
- * directory, so the server does not depend on its working directory.
+ * inih's 200-byte lines). Every such file holds secrets (tokens, injected
+ * headers, signing keys) and is remembered as one.
  * Returns the number of lines given to fn, or -1 after recording an error. */
 static int config_read_file(config_ctx *c, const char *value, config_line_fn fn)
 {
     char q[CONFIG_QUOTE_MAX * 2];
-    char *full = NULL;
-    const char *fname = value;
-    if (value[0] == '\0')
-        return config_fail(c, "%s: empty file name", c->key);
-    if (value[0] != '/' && c->dir != NULL) {
-        size_t need = strlen(c->dir) + 1 + strlen(value) + 1;
-        full = malloc(need);
-        if (full == NULL)
-            return config_fail_oom(c);
-        snprintf(full, need, "%s/%s", c->dir, value);
-        fname = full;
-    }
+    char *full = config_resolve_path(c, value);
+    if (full == NULL)
+        return -1;
+    const char *fname = full;
     config_quote(fname, q, sizeof q);
     int count = -1;
     char *line = NULL;
@@ -599,6 +629,8 @@ static int config_read_file(config_ctx *c, const char *value, config_line_fn fn)
         config_fail(c, "%s: '%s' has no entries", c->key, q);
         goto out;
     }
+    if (config_note_secret_file(c, fname) != 0)
+        goto out;
     count = given;
 out:
     free(line);
@@ -608,18 +640,69 @@ out:
     return count;
 }
 
-/* One bearer token per line: printable, no spaces. The token itself is
- * never shown in a message. */
+/* One word of a tokens_file line: printable ASCII without spaces. */
+static size_t config_word(const char *s, size_t n, size_t *at, const char **word)
+{
+    size_t i = *at;
+    while (i < n && (s[i] == ' ' || s[i] == '\t'))
+        i++;
+    *word = s + i;
+    size_t start = i;
+    while (i < n && s[i] != ' ' && s[i] != '\t')
+        i++;
+    *at = i;
+    return i - start;
+}
+
+/* "TOKEN [ROLE [NAME]]" per line (DESIGN.md §6). The token itself is never
+ * shown in a message. */
 static int config_add_token(config_ctx *c, const char *fname, int fline, const char *s, size_t n)
 {
+    static const char form[] = "a token must be printable ASCII without spaces, then optionally a role "
+                               "(agent or operator) and a name";
+    once_config *cfg = c->cfg;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch <= 0x20 || ch >= 0x7f)
-            return config_fail(c, "%s: '%s' line %d: a token must be printable ASCII without spaces",
-                               c->key, fname, fline);
+        if (ch < 0x20 && ch != '\t')
+            return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
+        if (ch >= 0x7f)
+            return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
     }
-    if (config_push_str(&c->cfg->tokens, &c->cfg->ntokens, s, n) != 0)
+    size_t at = 0;
+    const char *tok, *role, *name, *extra;
+    size_t tl = config_word(s, n, &at, &tok);
+    size_t rl = config_word(s, n, &at, &role);
+    size_t nl = config_word(s, n, &at, &name);
+    size_t xl = config_word(s, n, &at, &extra);
+    token_role r = ROLE_AGENT;
+    if (rl == 5 && strncmp(role, "agent", 5) == 0)
+        r = ROLE_AGENT;
+    else if (rl == 8 && strncmp(role, "operator", 8) == 0)
+        r = ROLE_OPERATOR;
+    else if (rl != 0)
+        return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
+    if (tl == 0 || xl != 0 || nl > 64)
+        return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
+    for (size_t i = 0; i < cfg->ntokens; i++)
+        if (strlen(cfg->tokens[i].secret) == tl && memcmp(cfg->tokens[i].secret, tok, tl) == 0)
+            return config_fail(c, "%s: '%s' line %d: the same token is on an earlier line", c->key, fname,
+                               fline);
+    auth_token *grown = realloc(cfg->tokens, (cfg->ntokens + 1) * sizeof *grown);
+    if (grown == NULL)
         return config_fail_oom(c);
+    cfg->tokens = grown;
+    auth_token *t = &cfg->tokens[cfg->ntokens];
+    char defname[32];
+    snprintf(defname, sizeof defname, "%s-%d", r == ROLE_OPERATOR ? "operator" : "agent", fline);
+    t->secret = strndup(tok, tl);
+    t->name = nl ? strndup(name, nl) : strdup(defname);
+    t->role = r;
+    if (t->secret == NULL || t->name == NULL) {
+        free(t->secret);
+        free(t->name);
+        return config_fail_oom(c);
+    }
+    cfg->ntokens++;
     return 0;
 }
 
@@ -862,6 +945,112 @@ static int config_set_server_max_connections(config_ctx *c, const char *v)
 static int config_set_server_loop_interval(config_ctx *c, const char *v)
 {
     return config_want_duration(c, v, 1, &c->cfg->loop_interval_ms);
+}
+
+static int config_set_server_insecure_no_auth(config_ctx *c, const char *v)
+{
+    return config_want_bool(c, v, &c->cfg->insecure_no_auth);
+}
+
+/* A connection cap: 0 (none) up to max_connections' own limit. */
+static int config_want_cap(config_ctx *c, const char *v, unsigned *out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    uint64_t n;
+    if (config_parse_uint(v, 0, CONFIG_MAX_CONNECTIONS_LIMIT, &n) != 0)
+        return config_fail(c, "%s: '%s' is not a number from 0 (no cap) to %u", c->key,
+                           config_raw(c, q, sizeof q), CONFIG_MAX_CONNECTIONS_LIMIT);
+    *out = (unsigned)n;
+    return 0;
+}
+
+static int config_set_server_per_client(config_ctx *c, const char *v)
+{
+    return config_want_cap(c, v, &c->cfg->max_conn_per_client);
+}
+
+static int config_set_server_per_loopback(config_ctx *c, const char *v)
+{
+    return config_want_cap(c, v, &c->cfg->max_conn_per_loopback);
+}
+
+static int config_set_server_request_timeout(config_ctx *c, const char *v)
+{
+    return config_want_duration(c, v, 1, &c->cfg->request_timeout_ms);
+}
+
+/* redact_headers = A, B: header names, each a token. */
+static int config_set_server_redact_headers(config_ctx *c, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX];
+    once_config *cfg = c->cfg;
+    for (const char *p = v;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, ", \t");
+        if (n == 0 || !config_is_token(p, n))
+            return config_fail(c, "%s: '%s' is not a comma-separated list of header names", c->key,
+                               config_raw(c, q, sizeof q));
+        if (config_push_str(&cfg->redact_headers, &cfg->nredact_headers, p, n) != 0)
+            return config_fail_oom(c);
+        p += n;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0')
+            return 0;
+        if (*p++ != ',')
+            return config_fail(c, "%s: '%s' is not a comma-separated list of header names", c->key,
+                               config_raw(c, q, sizeof q));
+    }
+}
+
+static int config_set_server_metrics_token(config_ctx *c, const char *v)
+{
+    if (v[0] == '\0' || config_has_ctl(v, 0) || strchr(v, ' ') != NULL)
+        return config_fail(c, "%s: must be printable ASCII without spaces", c->key);
+    if (config_set_str(&c->cfg->metrics_token, v) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* A PEM file (certificate, key or CA) named by a key: resolved against the
+ * config's directory and checked readable now, so a typo fails the load
+ * (and check-config) rather than the start. Keys are remembered as secrets. */
+static int config_want_pem(config_ctx *c, const char *v, char **dst, int secret)
+{
+    char q[CONFIG_QUOTE_MAX * 2];
+    char *full = config_resolve_path(c, v);
+    if (full == NULL)
+        return -1;
+    struct stat st;
+    FILE *fp = fopen(full, "re");
+    int ok = fp != NULL && fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode);
+    int e = errno;
+    if (fp != NULL)
+        fclose(fp);
+    if (!ok) {
+        config_quote(full, q, sizeof q);
+        free(full);
+        return config_fail(c, "%s: cannot read '%s'%s%s", c->key, q, fp ? ": not a regular file" : ": ",
+                           fp ? "" : strerror(e));
+    }
+    if (secret && config_note_secret_file(c, full) != 0) {
+        free(full);
+        return -1;
+    }
+    free(*dst);
+    *dst = full;
+    return 0;
+}
+
+static int config_set_server_tls_cert(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &c->cfg->tls_cert, 0);
+}
+
+static int config_set_server_tls_key(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &c->cfg->tls_key, 1);
 }
 
 /* ---- setters: [upstream.NAME] ------------------------------------------------------ */
@@ -1379,6 +1568,36 @@ static int config_set_up_lookup_attempts(config_ctx *c, const char *v)
     return 0;
 }
 
+static int config_set_up_actions_api(config_ctx *c, const char *v)
+{
+    return config_want_bool(c, v, &config_cur(c)->actions_api);
+}
+
+static int config_set_up_listen_tls_cert(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &config_cur(c)->listen_tls_cert, 0);
+}
+
+static int config_set_up_listen_tls_key(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &config_cur(c)->listen_tls_key, 1);
+}
+
+static int config_set_up_ca_file(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &config_cur(c)->ca_file, 0);
+}
+
+static int config_set_up_tls_cert(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &config_cur(c)->tls_cert, 0);
+}
+
+static int config_set_up_tls_key(config_ctx *c, const char *v)
+{
+    return config_want_pem(c, v, &config_cur(c)->tls_key, 1);
+}
+
 /* ---- setters: [source.NAME] ------------------------------------------------------- */
 
 static source_cfg *config_cur_src(config_ctx *c)
@@ -1689,6 +1908,14 @@ static const config_key config_keys[] = {
     {CONFIG_SEC_SERVER, "threads", config_set_server_threads, 0},
     {CONFIG_SEC_SERVER, "max_connections", config_set_server_max_connections, 0},
     {CONFIG_SEC_SERVER, "loop_interval", config_set_server_loop_interval, 0},
+    {CONFIG_SEC_SERVER, "insecure_no_auth", config_set_server_insecure_no_auth, 0},
+    {CONFIG_SEC_SERVER, "max_connections_per_client", config_set_server_per_client, 0},
+    {CONFIG_SEC_SERVER, "max_connections_per_loopback_client", config_set_server_per_loopback, 0},
+    {CONFIG_SEC_SERVER, "request_timeout", config_set_server_request_timeout, 0},
+    {CONFIG_SEC_SERVER, "redact_headers", config_set_server_redact_headers, 0},
+    {CONFIG_SEC_SERVER, "metrics_token", config_set_server_metrics_token, 0},
+    {CONFIG_SEC_SERVER, "tls_cert", config_set_server_tls_cert, 0},
+    {CONFIG_SEC_SERVER, "tls_key", config_set_server_tls_key, 0},
     {CONFIG_SEC_UPSTREAM, "url", config_set_up_url, 0},
     {CONFIG_SEC_UPSTREAM, "header", config_set_up_header, 1},
     {CONFIG_SEC_UPSTREAM, "header_file", config_set_up_header_file, 0},
@@ -1710,6 +1937,12 @@ static const config_key config_keys[] = {
     {CONFIG_SEC_UPSTREAM, "lookup_absent", config_set_up_lookup_absent, 0},
     {CONFIG_SEC_UPSTREAM, "lookup_backoff", config_set_up_lookup_backoff, 0},
     {CONFIG_SEC_UPSTREAM, "lookup_attempts", config_set_up_lookup_attempts, 0},
+    {CONFIG_SEC_UPSTREAM, "actions_api", config_set_up_actions_api, 0},
+    {CONFIG_SEC_UPSTREAM, "listen_tls_cert", config_set_up_listen_tls_cert, 0},
+    {CONFIG_SEC_UPSTREAM, "listen_tls_key", config_set_up_listen_tls_key, 0},
+    {CONFIG_SEC_UPSTREAM, "ca_file", config_set_up_ca_file, 0},
+    {CONFIG_SEC_UPSTREAM, "tls_cert", config_set_up_tls_cert, 0},
+    {CONFIG_SEC_UPSTREAM, "tls_key", config_set_up_tls_key, 0},
     {CONFIG_SEC_SOURCE, "verify", config_set_src_verify, 0},
     {CONFIG_SEC_SOURCE, "secret", config_set_src_secret, 0},
     {CONFIG_SEC_SOURCE, "secret_file", config_set_src_secret_file, 0},
@@ -2087,6 +2320,41 @@ static int config_listen_clash(const char *x, const char *y)
     return a.family == b.family && memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
 }
 
+int config_listen_is_loopback(const char *listen)
+{
+    char host[CONFIG_HOST_MAX];
+    unsigned port;
+    unsigned char a[16];
+    if (config_parse_listen(listen, host, sizeof host, &port) != 0)
+        return 0;
+    if (strcmp(host, "localhost") == 0)
+        return 1;
+    if (inet_pton(AF_INET, host, a) == 1)
+        return a[0] == 127;
+    static const unsigned char v6_loopback[16] = {[15] = 1};
+    return inet_pton(AF_INET6, host, a) == 1 && memcmp(a, v6_loopback, 16) == 0;
+}
+
+int config_check_exposure(const once_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->ntokens > 0 || cfg->insecure_no_auth)
+        return 0;
+    const char *bad = NULL;
+    if (!config_listen_is_loopback(cfg->listen))
+        bad = cfg->listen;
+    for (size_t i = 0; !bad && i < cfg->nupstreams; i++)
+        if (cfg->upstreams[i].listen && !config_listen_is_loopback(cfg->upstreams[i].listen))
+            bad = cfg->upstreams[i].listen;
+    if (!bad)
+        return 0;
+    snprintf(err, errlen,
+             "refusing to listen on %s without tokens: it is not a loopback address, and with no tokens_file "
+             "anyone who reaches it may use the upstreams' credentials (set tokens_file, listen on 127.0.0.1, "
+             "or set insecure_no_auth = yes)",
+             bad);
+    return -1;
+}
+
 /* Applies ONCE_LISTEN and ONCE_STORE (set and not empty) over the file. */
 static int config_apply_env(config_ctx *c)
 {
@@ -2259,9 +2527,34 @@ static int config_finish_upstream_keys(config_ctx *c, size_t i)
 
 /* Fills the defaults that depend on other keys and checks what involves
  * more than one key, once the whole file and the environment are in. */
+/* A certificate without its key (or the reverse) is half a setting; TLS
+ * settings for a plain-HTTP upstream, or for a listener that does not
+ * exist, would be silently ignored. */
+static int config_finish_upstream_tls(config_ctx *c, size_t i)
+{
+    const upstream_cfg *u = &c->cfg->upstreams[i];
+    static const char *const pairs[][2] = {{"tls_cert", "tls_key"}, {"listen_tls_cert", "listen_tls_key"}};
+    for (size_t p = 0; p < 2; p++) {
+        int a = config_up_line(c, i, pairs[p][0]), b = config_up_line(c, i, pairs[p][1]);
+        if ((a == 0) != (b == 0))
+            return config_fail_at(c, a ? a : b, "[upstream.%s]: %s and %s go together", u->name, pairs[p][0],
+                                  pairs[p][1]);
+    }
+    if (u->listen_tls_cert && !u->listen)
+        return config_fail_at(c, config_up_line(c, i, "listen_tls_cert"),
+                              "[upstream.%s]: listen_tls_cert needs listen", u->name);
+    if ((u->ca_file || u->tls_cert) && strncasecmp(u->url, "https://", 8) != 0)
+        return config_fail_at(c, config_up_line(c, i, u->ca_file ? "ca_file" : "tls_cert"),
+                              "[upstream.%s]: %s applies only to an https:// url", u->name,
+                              u->ca_file ? "ca_file" : "tls_cert");
+    return 0;
+}
+
 static int config_finish(config_ctx *c)
 {
     once_config *cfg = c->cfg;
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL))
+        return config_fail_at(c, c->server_line, "[server]: tls_cert and tls_key go together");
     if (cfg->listen == NULL && config_set_str(&cfg->listen, CONFIG_DEFAULT_LISTEN) != 0)
         return config_fail_oom(c);
     if (cfg->store == NULL && config_set_str(&cfg->store, CONFIG_DEFAULT_STORE) != 0)
@@ -2324,6 +2617,8 @@ static int config_finish(config_ctx *c)
                                           u->name, u->release_on[a]);
             }
         }
+        if (config_finish_upstream_tls(c, i) != 0)
+            return -1;
         if (u->listen == NULL)
             continue;
         if (config_listen_clash(u->listen, cfg->listen))
@@ -2381,6 +2676,8 @@ static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char
     cfg->threads = CONFIG_DEFAULT_THREADS;
     cfg->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
     cfg->loop_interval_ms = CONFIG_DEFAULT_LOOP_MS;
+    cfg->max_conn_per_client = CONFIG_DEFAULT_PER_CLIENT;
+    cfg->request_timeout_ms = CONFIG_DEFAULT_REQUEST_TIMEOUT_MS;
 
     if (!c.failed) {
         int rc = ini_parse_stream(config_read_line, &c, config_on_pair, &c);
@@ -2450,9 +2747,20 @@ void config_free(once_config *cfg)
     free(cfg->path);
     free(cfg->listen);
     free(cfg->store);
-    for (size_t i = 0; i < cfg->ntokens; i++)
-        free(cfg->tokens[i]);
+    for (size_t i = 0; i < cfg->ntokens; i++) {
+        free(cfg->tokens[i].secret);
+        free(cfg->tokens[i].name);
+    }
     free(cfg->tokens);
+    for (size_t i = 0; i < cfg->nsecret_files; i++)
+        free(cfg->secret_files[i]);
+    free(cfg->secret_files);
+    for (size_t i = 0; i < cfg->nredact_headers; i++)
+        free(cfg->redact_headers[i]);
+    free(cfg->redact_headers);
+    free(cfg->metrics_token);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
     for (size_t i = 0; i < cfg->nupstreams; i++) {
         upstream_cfg *u = &cfg->upstreams[i];
         free(u->name);
@@ -2464,6 +2772,11 @@ void config_free(once_config *cfg)
         free(u->unknown_on);
         free(u->forward_key_as);
         free(u->listen);
+        free(u->listen_tls_cert);
+        free(u->listen_tls_key);
+        free(u->ca_file);
+        free(u->tls_cert);
+        free(u->tls_key);
         if (u->key != NULL)
             key_template_free(u->key);
         free(u->lookup_method);

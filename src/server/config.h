@@ -31,6 +31,12 @@ typedef struct upstream_cfg {
     size_t nunknown_on;
     char *forward_key_as;  /* optional header name */
     char *listen;          /* optional own listen address */
+    char *listen_tls_cert; /* listen_tls_cert / listen_tls_key: that listener serves HTTPS */
+    char *listen_tls_key;
+    char *ca_file;         /* ca_file: the CA (PEM) trusted for this upstream instead of the system's */
+    char *tls_cert;        /* tls_cert / tls_key: a client certificate for mutual TLS */
+    char *tls_key;
+    int actions_api;       /* actions_api = no: may the actions API reserve and settle in this scope */
     size_t max_response;   /* max_response = 16MiB */
     int line;              /* line of the section header, for messages */
 
@@ -75,6 +81,16 @@ typedef struct source_cfg {
     int line;
 } source_cfg;
 
+/* Who a bearer token speaks for (DESIGN.md §6): agents act; operators also
+ * decide (resolve, approve, deny, redeliver, the console). */
+typedef enum token_role { ROLE_AGENT = 1, ROLE_OPERATOR = 2 } token_role;
+
+typedef struct auth_token {
+    char *secret;          /* the bearer token itself: never logged */
+    token_role role;
+    char *name;            /* for trails and logs: the third word, else "<role>-<line>" */
+} auth_token;
+
 typedef struct once_config {
     char *path;            /* the file it was loaded from */
     char *listen;          /* [server] listen = 127.0.0.1:7600 */
@@ -82,8 +98,19 @@ typedef struct once_config {
     size_t max_body;       /* max_body = 1MiB */
     int64_t lease_ms;      /* lease = 30s */
     int64_t retention_ms;  /* retention = 24h */
-    char **tokens;         /* from tokens_file: one per line, blank lines and # comments skipped */
+    auth_token *tokens;    /* from tokens_file: "TOKEN [ROLE [NAME]]" per line, # comments skipped */
     size_t ntokens;
+    char **secret_files;   /* every *_file and TLS key read, resolved: warned about when readable */
+    size_t nsecret_files;
+    int insecure_no_auth;  /* insecure_no_auth = no: without tokens, only loopback listen addresses */
+    unsigned max_conn_per_client;   /* max_connections_per_client = 256 (non-loopback; 0: no cap) */
+    unsigned max_conn_per_loopback; /* max_connections_per_loopback_client = 0 (no cap) */
+    int64_t request_timeout_ms;     /* request_timeout = 30s: headers and body must arrive within it */
+    char **redact_headers; /* redact_headers = A, B: never stored, beside the fixed list */
+    size_t nredact_headers;
+    char *metrics_token;   /* metrics_token: /metrics then needs it (or an operator token) */
+    char *tls_cert;        /* tls_cert / tls_key: the main listener serves HTTPS */
+    char *tls_key;
     int64_t grace_ms;      /* shutdown_grace = 30s */
     int threads;           /* threads = 4: HTTP worker threads */
     unsigned max_connections; /* max_connections = 4096 */
@@ -105,6 +132,15 @@ void config_free(once_config *cfg);
 const upstream_cfg *config_upstream(const once_config *cfg, const char *name);
 /* The webhook source called name, or NULL. */
 const source_cfg *config_source(const once_config *cfg, const char *name);
+
+/* 0 when every listen address (the server's and each upstream's own) is
+ * loopback, or tokens are configured, or insecure_no_auth is set; else -1
+ * with "ADDRESS: why" in err. Run after command-line overrides. */
+int config_check_exposure(const once_config *cfg, char *err, size_t errlen);
+
+/* Whether a listen address ("host:port") is on loopback: 127.0.0.0/8, ::1
+ * or localhost. */
+int config_listen_is_loopback(const char *listen);
 
 /* "250ms", "30s", "5m", "24h", "7d" -> milliseconds. 0 or -1. */
 int config_parse_duration(const char *s, int64_t *ms);

@@ -18,6 +18,7 @@
 #include "ledger/json_pointer.h"
 #include "server/hooks.h"
 #include "server/log.h"
+#include "server/pct.h"
 
 #define INBOX_MAX 100
 #define INBOX_LEASE_DEFAULT_MS 30000
@@ -199,21 +200,11 @@ static void on_inserted(void *ctx, int rc, const char *detail)
         delivery_kick(srv);
 }
 
-void hooks_ingest(req *r, const char *source)
+static void hooks_ingest(req *r)
 {
     server *srv = r->srv;
-    source_rt *src = source_find(srv, source);
-    if (!src) {
-        req_problem(r, 404, "unknown_source", "Unknown source", NULL, "no webhook source named '%.64s'", source);
-        return;
-    }
-    snprintf(r->scope, sizeof r->scope, "%s", source);
-    if (strcmp(r->method, "POST") != 0) {
-        req_set_header(r, "Allow", "POST");
-        req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", "POST"),
-                    "webhooks are POSTed");
-        return;
-    }
+    source_rt *src = r->src;
+    const char *source = src->cfg->name;
     char why[256];
     if (src->verifier && sig_verify(src->verifier, header_of, r, r->body.data, r->body.len, once_now_ms(), why,
                                     sizeof why) < 0) {
@@ -371,20 +362,12 @@ static int member_int(req *r, json_t *body, const char *name, int64_t lo, int64_
     return 0;
 }
 
-void inbox_handle(req *r, const char *source, const char *verb)
+static void inbox_handle(req *r)
 {
     server *srv = r->srv;
-    source_rt *src = source_find(srv, source);
-    if (!src) {
-        req_problem(r, 404, "unknown_source", "Unknown source", NULL, "no webhook source named '%.64s'", source);
-        return;
-    }
-    snprintf(r->scope, sizeof r->scope, "%s", source);
-    if (strcmp(r->method, "POST") != 0) {
-        req_set_header(r, "Allow", "POST");
-        req_problem(r, 405, "method_not_allowed", "Method not allowed", json_pack("{s:s}", "allow", "POST"), "use POST");
-        return;
-    }
+    source_rt *src = r->src;
+    const char *source = src->cfg->name;
+    const char *verb = r->verb;
     if (src->cfg->deliver_to) {
         req_problem(r, 409, "push_source", "Source is pushed", NULL,
                     "source '%s' is delivered to %s; its inbox cannot be pulled", source, src->cfg->deliver_to);
@@ -431,3 +414,48 @@ void inbox_handle(req *r, const char *source, const char *verb)
     if (worker_run(srv->worker, inbox_job, ib) < 0)
         req_not_started(r, "out of memory");
 }
+
+/* ---- routes ----------------------------------------------------------------- */
+
+/* The source named by a raw path segment, or 404 unknown_source. */
+static int admit_source(req *r, const char *raw, size_t n, problem *p)
+{
+    char source[ONCE_SCOPE_MAX + 2];
+    if (pct_decode(raw, n, source, sizeof source) < 0 || strchr(source, '/'))
+        return problem_set(p, 404, "unknown_source", "Unknown source", "no such webhook source");
+    if (!(r->src = source_find(r->srv, source)))
+        return problem_set(p, 404, "unknown_source", "Unknown source", "no webhook source named '%.64s'", source);
+    snprintf(r->scope, sizeof r->scope, "%s", r->src->cfg->name);
+    return 0;
+}
+
+/* /v1/hooks/{source} */
+static int hooks_admit(req *r, problem *p)
+{
+    const char *rest = r->match.rest;
+    return admit_source(r, rest, strcspn(rest, "?"), p);
+}
+
+/* /v1/inbox/{source}/claim|ack|nack */
+static int inbox_admit(req *r, problem *p)
+{
+    const char *rest = r->match.rest;
+    size_t n = strcspn(rest, "?");
+    const char *slash = memchr(rest, '/', n);
+    const char *verb = slash ? slash + 1 : "";
+    size_t vlen = slash ? n - (size_t)(verb - rest) : 0;
+    if (!slash || !((vlen == 5 && strncmp(verb, "claim", 5) == 0) || (vlen == 3 && strncmp(verb, "ack", 3) == 0) ||
+                    (vlen == 4 && strncmp(verb, "nack", 4) == 0)))
+        return problem_set(p, 404, "not_found", "Not found", "use /v1/inbox/{source}/claim, ack or nack");
+    snprintf(r->verb, sizeof r->verb, "%.*s", (int)vlen, verb);
+    return admit_source(r, rest, (size_t)(slash - rest), p);
+}
+
+const route hooks_routes[] = {
+    /* No bearer token: a webhook is authenticated by its signature. */
+    {.pattern = "/v1/hooks/{**}", .name = "hooks", .access = ACCESS_OPEN, .admit = hooks_admit,
+     .methods = {{"POST", hooks_ingest}}},
+    {.pattern = "/v1/inbox/{**}", .name = "inbox", .access = ACCESS_AGENT, .admit = inbox_admit,
+     .methods = {{"POST", inbox_handle}}},
+    {.pattern = NULL},
+};

@@ -20,10 +20,6 @@ typedef struct source_rt {
 int hooks_start(server *srv);
 void hooks_stop(server *srv);
 
-/* POST /v1/hooks/{source}. */
-void hooks_ingest(req *r, const char *source);
-/* POST /v1/inbox/{source}/claim|ack|nack. */
-void inbox_handle(req *r, const char *source, const char *verb);
 
 /* The push loop: claims due events of every source with deliver_to and
  * POSTs them to the agent through the outbound client, with exponential

@@ -1,7 +1,8 @@
 /*
- * http.c — the HTTP front on libmicrohttpd: request contexts, body
- * collection with a cap, parking and resuming, auth, problem+json, routing,
- * and the operations routes (/healthz, /readyz, /metrics).
+ * http.c — the HTTP front on libmicrohttpd: request contexts, the header
+ * phase (every check that needs no body: framing, browsers, route, access,
+ * admission, size — DESIGN.md §6, decide before reading), body collection
+ * with a cap and a deadline, parking and resuming, problem+json.
  *
  * MHD calls the access handler several times per request: once with the
  * headers, once per body chunk, once at the end, and once more after a
@@ -16,15 +17,16 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
-#include <openssl/crypto.h>
+#include <errno.h>
 
 #include "ledger/internal.h"
+#include "server/guard.h"
 #include "server/http.h"
-#include "server/hooks.h"
 #include "server/log.h"
-#include "server/pct.h"
 #include "server/server.h"
+
+/* libmicrohttpd's idle timeout: a connection silent this long is closed. */
+#define HTTP_IDLE_SECONDS 15
 
 double req_clock_ms(void)
 {
@@ -120,6 +122,17 @@ void req_not_started(req *r, const char *why)
         req_problem(r, 500, "internal", "Internal error", NULL, "%s; nothing was done", why);
 }
 
+void req_problem_from(req *r, const problem *p)
+{
+    json_t *extra = NULL;
+    if (p->header) {
+        req_set_header(r, p->header, p->header_value);
+        if (strcmp(p->header, "Allow") == 0)
+            extra = json_pack("{s:s}", "allow", p->header_value);
+    }
+    req_reply(r, p->status, problem_response(p->status, p->code, p->title, extra, p->detail));
+}
+
 void req_set_header(req *r, const char *name, const char *value)
 {
     if (r->nextra >= 3)
@@ -142,167 +155,6 @@ void req_note_key(req *r, const char *scope, const char *key)
         snprintf(r->key_hash, sizeof r->key_hash, "%.16s", fp);
 }
 
-/* ---- auth ---------------------------------------------------------------- */
-
-/* Compares the bearer token with every configured one in constant time per
- * token, so timing tells nothing about how much of a token matched. */
-static int auth_ok(req *r)
-{
-    const once_config *cfg = r->srv->cfg;
-    if (cfg->ntokens == 0)
-        return 1;
-    const char *h = req_header(r, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-        return 0;
-    const char *tok = h + 7;
-    size_t n = strlen(tok);
-    int ok = 0;
-    for (size_t i = 0; i < cfg->ntokens; i++) {
-        size_t tn = strlen(cfg->tokens[i]);
-        if (tn == n && CRYPTO_memcmp(tok, cfg->tokens[i], n) == 0)
-            ok = 1;
-    }
-    return ok;
-}
-
-/* ---- operations routes ------------------------------------------------- */
-
-static void ops_metrics(req *r)
-{
-    buf b = {0};
-    if (metrics_render(r->srv->metrics, &b) < 0) {
-        buf_free(&b);
-        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render metrics");
-        return;
-    }
-    char extra[128];
-    snprintf(extra, sizeof extra,
-             "# HELP once_upstream_in_flight Upstream calls running now.\n"
-             "# TYPE once_upstream_in_flight gauge\nonce_upstream_in_flight %zu\n",
-             outbound_in_flight(r->srv->ob));
-    buf_append_str(&b, extra, (size_t)1 << 30);
-    struct MHD_Response *resp = resp_bytes(b.data, b.len, "text/plain; version=0.0.4");
-    buf_free(&b);
-    req_reply(r, 200, resp);
-}
-
-static void route(req *r)
-{
-    const char *uri = r->uri;
-    const char *q = strchr(uri, '?');
-    size_t plen = q ? (size_t)(q - uri) : strlen(uri);
-    const char *m = r->method;
-    if (r->listen_up) {
-        r->route = "proxy";
-        if (!auth_ok(r))
-            goto unauthorized;
-        proxy_handle(r, r->listen_up, uri);
-        return;
-    }
-#define PATH_IS(lit) (plen == sizeof(lit) - 1 && strncmp(uri, lit, plen) == 0)
-    if (PATH_IS("/healthz") || PATH_IS("/readyz") || PATH_IS("/metrics")) {
-        r->route = uri[1] == 'h' ? "healthz" : uri[1] == 'r' ? "readyz" : "metrics";
-        if (strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
-            req_set_header(r, "Allow", "GET, HEAD");
-            req_problem(r, 405, "method_not_allowed", "Method not allowed", NULL, "use GET");
-            return;
-        }
-        if (uri[1] == 'h') {
-            req_json(r, 200, json_pack("{s:s}", "status", "ok"));
-        } else if (uri[1] == 'r') {
-            if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE))
-                req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
-            else if (once_store_ping(r->srv->store) == ONCE_OK)
-                req_json(r, 200, json_pack("{s:s}", "status", "ready"));
-            else
-                req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
-        } else {
-            ops_metrics(r);
-        }
-        return;
-    }
-    if (plen >= 10 && strncmp(uri, "/v1/proxy/", 10) == 0) {
-        r->route = "proxy";
-        if (!auth_ok(r))
-            goto unauthorized;
-        if (!pct_valid(uri)) {
-            req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding in the path");
-            return;
-        }
-        const char *name = uri + 10;
-        const char *slash = memchr(name, '/', plen - 10);
-        size_t nlen = slash ? (size_t)(slash - name) : plen - 10;
-        char upname[ONCE_SCOPE_MAX + 1];
-        if (nlen == 0 || nlen > ONCE_SCOPE_MAX) {
-            req_problem(r, 404, "unknown_upstream", "Unknown upstream", NULL, "no upstream in the path");
-            return;
-        }
-        memcpy(upname, name, nlen);
-        upname[nlen] = '\0';
-        const upstream_cfg *up = config_upstream(r->srv->cfg, upname);
-        if (!up) {
-            req_problem(r, 404, "unknown_upstream", "Unknown upstream", NULL, "no upstream named '%s'", upname);
-            return;
-        }
-        /* The target keeps the slash: /v1/proxy/demo/x?y -> /x?y */
-        const char *target = slash ? slash : name + nlen;
-        proxy_handle(r, up, target);
-        return;
-    }
-    if (PATH_IS("/v1/actions") || (plen > 11 && strncmp(uri, "/v1/actions/", 12) == 0)) {
-        r->route = "actions";
-        if (!auth_ok(r))
-            goto unauthorized;
-        char path[2048];
-        if (plen >= sizeof path) {
-            req_problem(r, 414, "bad_request", "URI too long", NULL, "the path is too long");
-            return;
-        }
-        memcpy(path, uri, plen);
-        path[plen] = '\0';
-        actions_handle(r, path, q ? q + 1 : "");
-        return;
-    }
-    if (plen > 10 && strncmp(uri, "/v1/hooks/", 10) == 0) {
-        /* No bearer token: a webhook is authenticated by its signature. */
-        r->route = "hooks";
-        char source[ONCE_SCOPE_MAX + 2];
-        if (pct_decode(uri + 10, plen - 10, source, sizeof source) < 0 || strchr(source, '/')) {
-            req_problem(r, 404, "unknown_source", "Unknown source", NULL, "no such webhook source");
-            return;
-        }
-        hooks_ingest(r, source);
-        return;
-    }
-    if (plen > 10 && strncmp(uri, "/v1/inbox/", 10) == 0) {
-        r->route = "inbox";
-        if (!auth_ok(r))
-            goto unauthorized;
-        const char *name = uri + 10;
-        const char *slash = memchr(name, '/', plen - 10);
-        char source[ONCE_SCOPE_MAX + 2];
-        const char *verb = slash ? slash + 1 : "";
-        size_t vlen = slash ? plen - (size_t)(verb - uri) : 0;
-        if (!slash || pct_decode(name, (size_t)(slash - name), source, sizeof source) < 0 ||
-            !((vlen == 5 && strncmp(verb, "claim", 5) == 0) || (vlen == 3 && strncmp(verb, "ack", 3) == 0) ||
-              (vlen == 4 && strncmp(verb, "nack", 4) == 0))) {
-            req_problem(r, 404, "not_found", "Not found", NULL, "use /v1/inbox/{source}/claim, ack or nack");
-            return;
-        }
-        char v[8];
-        snprintf(v, sizeof v, "%.*s", (int)vlen, verb);
-        inbox_handle(r, source, v);
-        return;
-    }
-#undef PATH_IS
-    r->route = "none";
-    req_problem(r, 404, "not_found", "Not found", NULL, "no route for %.200s", uri);
-    return;
-unauthorized:
-    req_set_header(r, "WWW-Authenticate", "Bearer");
-    req_problem(r, 401, "unauthorized", "Unauthorized", NULL, "a valid 'Authorization: Bearer' token is required");
-}
-
 /* ---- MHD callbacks ------------------------------------------------------ */
 
 /* Called first for every request with the raw target (query included),
@@ -316,6 +168,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
         return NULL;
     r->srv = l->srv;
     r->listen_up = l->up;
+    r->tls = l->tls;
     r->uri = strdup(uri ? uri : "/");
     r->upstream_ms = -1;
     r->t0 = req_clock_ms();
@@ -344,10 +197,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
     (void)toe;
     req *r = *req_cls;
     *req_cls = NULL;
+    guard_receiving(conn, GUARD_NEXT);
     if (!r)
         return;
     pthread_mutex_lock(&r->mu);
@@ -428,6 +281,66 @@ static int framing_ambiguous(struct MHD_Connection *conn)
     return f.cl_differ || (f.content_length && f.transfer_encoding);
 }
 
+/* The header phase: everything that can be decided before a body byte is
+ * read. 0 with r->handler set, or -1 with p. */
+static int front_decide(req *r, problem *p)
+{
+    server *srv = r->srv;
+    const once_config *cfg = srv->cfg;
+    r->route = "any";
+    if (framing_ambiguous(r->conn))
+        return problem_set(p, 400, "bad_request", "Bad request",
+                           "ambiguous message length (Content-Length repeated or beside Transfer-Encoding)");
+    if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+        /* A kept-alive connection sent one more: nothing new starts now. */
+        req_set_header(r, "Connection", "close");
+        return problem_set(p, 503, "shutting_down", "Shutting down", "the gateway is stopping; retry elsewhere");
+    }
+    if (access_browser(cfg, r->tls, req_header(r, "Host"), req_header(r, "Origin"), req_header(r, "Sec-Fetch-Site"),
+                       p) < 0)
+        return -1;
+    if (r->listen_up) {
+        r->match = (route_match){.rt = &proxy_listen_route, .rest = r->uri, .query = ""};
+        r->up = r->listen_up;
+    } else if (router_match(r->uri, &r->match, p) < 0) {
+        r->route = "none";
+        return -1;
+    }
+    const route *rt = r->match.rt;
+    r->route = rt->name;
+    if (access_check(cfg, rt->access, req_header(r, "Authorization"), &r->who, p) < 0)
+        return -1;
+    if (rt->admit && rt->admit(r, p) < 0)
+        return -1;
+    if (router_method(&r->match, r->method, &r->handler, p) < 0)
+        return -1;
+    const char *cl = req_header(r, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > cfg->max_body) {
+        /* Answered before the body arrives: MHD then closes the connection
+         * instead of reading megabytes it would drop. */
+        r->too_large = 1;
+        return problem_set(p, 413, "body_too_large", "Body too large", "the body exceeds max_body (%zu bytes)",
+                           cfg->max_body);
+    }
+    return 0;
+}
+
+/* The body is complete: run the route (or refuse what came up since). */
+static void dispatch(req *r)
+{
+    server *srv = r->srv;
+    guard_receiving(r->conn, GUARD_DONE);
+    if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+        req_set_header(r, "Connection", "close");
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; retry elsewhere");
+    } else if (r->too_large) {
+        req_problem(r, 413, "body_too_large", "Body too large", NULL, "the body exceeds max_body (%zu bytes)",
+                    srv->cfg->max_body);
+    } else {
+        r->handler(r);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
@@ -442,27 +355,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->started = 1;
         r->conn = conn;
         r->method = method;
-        if (framing_ambiguous(conn)) {
+        problem p;
+        if (front_decide(r, &p) < 0) {
             r->dispatched = 1;
-            r->route = "any";
-            req_problem(r, 400, "bad_request", "Bad request", NULL,
-                        "ambiguous message length (Content-Length repeated or beside Transfer-Encoding)");
-            return send_ready(r);
-        }
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > r->srv->cfg->max_body) {
-            /* Answer before the body arrives: MHD then closes the
-             * connection instead of reading megabytes it will drop. */
-            r->too_large = 1;
-            r->dispatched = 1;
-            r->route = "any";
-            req_problem(r, 413, "body_too_large", "Body too large", NULL, "the body exceeds max_body (%zu bytes)",
-                        r->srv->cfg->max_body);
+            guard_receiving(conn, GUARD_DONE);
+            req_problem_from(r, &p);
             return send_ready(r);
         }
         return MHD_YES;
     }
     if (*upload_data_size) {
+        /* A body that trickles in past the deadline is cut off here; the
+         * guard's reaper catches one that stops coming at all. */
+        if (guard_overdue(conn))
+            return MHD_NO;
         if (!r->too_large &&
             buf_append(&r->body, upload_data, *upload_data_size, r->srv->cfg->max_body) < 0)
             r->too_large = 1;
@@ -477,18 +383,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->dispatched)
         return MHD_YES; /* resumed spuriously; the answer is not there yet */
     r->dispatched = 1;
-    if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE)) {
-        /* A kept-alive connection sent one more: nothing new starts now. */
-        r->route = "any";
-        req_set_header(r, "Connection", "close");
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; retry elsewhere");
-    } else if (r->too_large) {
-        r->route = "any";
-        req_problem(r, 413, "body_too_large", "Body too large", NULL, "the body exceeds max_body (%zu bytes)",
-                    r->srv->cfg->max_body);
-    } else {
-        route(r);
-    }
+    dispatch(r);
     /* Park unless the route has answered already. */
     pthread_mutex_lock(&r->mu);
     ready = r->ready;
@@ -502,6 +397,45 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     pthread_mutex_unlock(&r->mu);
     return ready ? send_ready(r) : MHD_YES;
+}
+
+/* Reads a PEM file whole, for libmicrohttpd's in-memory TLS options. */
+static char *http_read_pem(const char *path, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "re");
+    char *data = NULL;
+    size_t len = 0, cap = 0;
+    if (!fp) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            size_t want = cap ? cap * 2 : 8192;
+            char *grown = want <= (1u << 20) ? realloc(data, want) : NULL;
+            if (!grown) {
+                snprintf(err, errlen, "%s: too large, or out of memory", path);
+                free(data);
+                fclose(fp);
+                return NULL;
+            }
+            data = grown;
+            cap = want;
+        }
+        size_t n = fread(data + len, 1, cap - len - 1, fp);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        snprintf(err, errlen, "cannot read %s", path);
+        free(data);
+        return NULL;
+    }
+    data[len] = '\0';
+    return data;
 }
 
 struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, unsigned max_conn, char *err,
@@ -530,15 +464,38 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
         snprintf(err, errlen, "listen address '%s' is not an IP literal", addr);
         return NULL;
     }
+    char *cert = NULL, *key = NULL;
+    if (l->tls_cert) {
+        if (!(cert = http_read_pem(l->tls_cert, err, errlen)) || !(key = http_read_pem(l->tls_key, err, errlen))) {
+            free(cert);
+            return NULL;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    l->tls = cert != NULL;
+    guard *g = l->srv->guard;
+    struct MHD_OptionItem tls_opts[] = {
+        {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+        {MHD_OPTION_END, 0, NULL},
+    };
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        flags, (uint16_t)port, guard_accept, g, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32 * 1024,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECONDS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)32 * 1024, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, guard_notify, g,
         /* Reject what HTTP/1.1 forbids (a missing Host, say) rather than guess. */
-        MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_END);
+        MHD_OPTION_STRICT_FOR_CLIENT, (int)1, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    /* MHD copied neither: they must outlive the daemon, which owns l. */
+    l->tls_mem_cert = cert;
+    l->tls_mem_key = key;
     if (!d)
-        snprintf(err, errlen, "cannot listen on %s (in use, or not permitted)", addr);
+        snprintf(err, errlen, "cannot listen on %s (in use, not permitted, or a bad TLS certificate or key)", addr);
     return d;
+}
+
+int64_t http_idle_ms(void)
+{
+    return HTTP_IDLE_SECONDS * 1000LL;
 }

@@ -181,6 +181,16 @@ static int transfer_setup(transfer *t)
     bad |= curl_easy_setopt(e, CURLOPT_PREREQDATA, t) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_HTTP_TRANSFER_DECODING, 1L) != CURLE_OK;
+    /* Peers are verified, always: a private CA is added, never a check
+     * taken away. */
+    bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
+    if (c->ca_file)
+        bad |= curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) != CURLE_OK;
+    if (c->tls_cert) {
+        bad |= curl_easy_setopt(e, CURLOPT_SSLCERT, c->tls_cert) != CURLE_OK;
+        bad |= curl_easy_setopt(e, CURLOPT_SSLKEY, c->tls_key) != CURLE_OK;
+    }
     if (strcmp(c->method, "HEAD") == 0) {
         bad |= curl_easy_setopt(e, CURLOPT_NOBODY, 1L) != CURLE_OK;
     } else if (strcmp(c->method, "GET") == 0 && c->body_len == 0) {

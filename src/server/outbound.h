@@ -39,6 +39,9 @@ struct out_call {
     size_t body_len;
     int64_t timeout_ms;
     size_t max_response;
+    const char *ca_file;   /* PEM CA bundle trusted for this call instead of the system's, or NULL */
+    const char *tls_cert;  /* client certificate and key for mutual TLS, or NULL */
+    const char *tls_key;
     out_done_fn done;
     void *ctx;
     /* out: filled before done runs; free with out_call_clear */

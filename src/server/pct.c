@@ -4,7 +4,7 @@
  */
 #include "server/pct.h"
 
-static int hexval(char c)
+int pct_hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -23,7 +23,7 @@ int pct_decode(const char *in, size_t n, char *out, size_t cap)
         if (c == '%') {
             if (i + 2 >= n)
                 return -1;
-            int hi = hexval(in[i + 1]), lo = hexval(in[i + 2]);
+            int hi = pct_hexval(in[i + 1]), lo = pct_hexval(in[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             c = (unsigned char)(hi * 16 + lo);
@@ -46,7 +46,7 @@ int pct_valid(const char *s)
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '%') {
-            if (hexval(p[1]) < 0 || hexval(p[2]) < 0)
+            if (pct_hexval(p[1]) < 0 || pct_hexval(p[2]) < 0)
                 return 0;
             p += 2;
         } else if (c <= 0x20 || c >= 0x7f) {

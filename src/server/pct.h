@@ -6,6 +6,9 @@
 
 #include <stddef.h>
 
+/* The value of a hex digit, or -1. */
+int pct_hexval(char c);
+
 /* Percent-decodes n bytes of in into out (cap bytes with the NUL). -1 on a
  * malformed escape, an encoded NUL, or overflow. */
 int pct_decode(const char *in, size_t n, char *out, size_t cap);

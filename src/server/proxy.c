@@ -21,6 +21,7 @@
 #include "server/log.h"
 #include "server/pct.h"
 #include "server/server.h"
+#include "server/target.h"
 
 typedef enum px_kind {
     PX_COMPLETED,     /* the upstream answered; recorded as completed */
@@ -87,9 +88,12 @@ static int in_list(const int *list, size_t n, long status)
 
 static int header_dropped(const proxy *px, const char *name)
 {
+    /* Hop-by-hop headers, once's own, and the forwarding headers a client
+     * could forge: once sets none, so none may look as if it had. */
     static const char *const drop[] = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
-                                       "idempotency-key", "prefer", "expect"};
+                                       "idempotency-key", "prefer", "expect", "forwarded", "x-forwarded-for",
+                                       "x-forwarded-host", "x-forwarded-proto", "x-real-ip"};
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
         if (strcasecmp(name, drop[i]) == 0)
             return 1;
@@ -155,9 +159,24 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-/* The client's headers as stored: [name, value] pairs, without its
- * credentials (authorization, cookie) and without injected secrets (those
- * come after the client's in px->headers). */
+/* Whether a header is kept out of the stored request (DESIGN.md §6): the
+ * client's credentials, and whatever the operator added to redact_headers.
+ * Injected headers are never stored at all (they come after the client's
+ * in px->headers). */
+static int header_secret(const proxy *px, const char *name, size_t n)
+{
+    static const char *const secret[] = {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"};
+    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++)
+        if (strlen(secret[i]) == n && strncasecmp(secret[i], name, n) == 0)
+            return 1;
+    const once_config *cfg = px->r->srv->cfg;
+    for (size_t i = 0; i < cfg->nredact_headers; i++)
+        if (strlen(cfg->redact_headers[i]) == n && strncasecmp(cfg->redact_headers[i], name, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* The client's headers as stored: [name, value] pairs, without secrets. */
 static json_t *meta_headers(const proxy *px)
 {
     json_t *arr = json_array();
@@ -167,8 +186,7 @@ static json_t *meta_headers(const proxy *px)
         if (!colon)
             continue;
         int nlen = (int)(colon - line);
-        if ((nlen == 13 && strncasecmp(line, "authorization", 13) == 0) ||
-            (nlen == 6 && strncasecmp(line, "cookie", 6) == 0))
+        if (header_secret(px, line, (size_t)nlen))
             continue;
         json_t *pair = json_pack("[s#s]", line, nlen, colon + 2);
         if (!pair)
@@ -463,6 +481,9 @@ static void forward(proxy *px, out_done_fn done)
     c->body_len = r->body.len;
     c->timeout_ms = px->up->timeout_ms;
     c->max_response = px->up->max_response;
+    c->ca_file = px->up->ca_file;
+    c->tls_cert = px->up->tls_cert;
+    c->tls_key = px->up->tls_key;
     c->done = done;
     c->ctx = px;
     int rc = outbound_submit(r->srv->ob, c);
@@ -656,12 +677,10 @@ static int key_from_template(proxy *px)
     return 0;
 }
 
-void proxy_handle(req *r, const upstream_cfg *up, const char *target)
+static void proxy_handle(req *r)
 {
-    if (!pct_valid(target)) {
-        req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding in the path");
-        return;
-    }
+    const upstream_cfg *up = r->up;
+    const char *target = r->target;
     proxy *px = calloc(1, sizeof *px);
     if (!px) {
         req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
@@ -699,14 +718,12 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
         return;
     }
 
-    size_t ulen = strlen(up->url) + strlen(target) + 1;
-    px->url = malloc(ulen);
-    collect col = {.px = px};
-    if (!px->url) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+    char why[160];
+    if (target_url(up->url, target, &px->url, why, sizeof why) < 0) {
+        req_problem(r, 400, "invalid_path", "Invalid path", NULL, "%s; nothing was sent", why);
         return;
     }
-    snprintf(px->url, ulen, "%s%s", up->url, target);
+    collect col = {.px = px};
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &col);
     px->nclient = px->nheaders;
     int failed = col.failed;
@@ -750,3 +767,51 @@ void proxy_handle(req *r, const upstream_cfg *up, const char *target)
     px->wait_deadline = wait ? once_now_ms() + wait : 0;
     reserve_start(px);
 }
+
+/* ---- routes --------------------------------------------------------------- */
+
+/* The target after the upstream's name, checked (target.h): 400
+ * bad_request for a broken escape, 400 invalid_path for anything that is
+ * not a path under the upstream. */
+static int admit_target(req *r, const char *target, problem *p)
+{
+    char why[160];
+    switch (target_check(target, why, sizeof why)) {
+    case TARGET_OK: r->target = target; return 0;
+    case TARGET_MALFORMED: return problem_set(p, 400, "bad_request", "Bad request", "%s", why);
+    default: return problem_set(p, 400, "invalid_path", "Invalid path", "%s; nothing was sent", why);
+    }
+}
+
+/* /v1/proxy/{upstream}{target}: the upstream must exist. */
+static int proxy_admit(req *r, problem *p)
+{
+    const char *rest = r->match.rest;
+    if (!pct_valid(rest))
+        return problem_set(p, 400, "bad_request", "Bad request", "malformed percent-encoding in the path");
+    size_t nlen = strcspn(rest, "/?");
+    char name[ONCE_SCOPE_MAX + 1];
+    if (nlen == 0 || nlen > ONCE_SCOPE_MAX)
+        return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream in the path");
+    memcpy(name, rest, nlen);
+    name[nlen] = '\0';
+    r->up = config_upstream(r->srv->cfg, name);
+    if (!r->up)
+        return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream named '%s'", name);
+    return admit_target(r, rest + nlen, p);
+}
+
+/* An upstream's own listener: the whole target is the path. */
+static int proxy_admit_listen(req *r, problem *p)
+{
+    return admit_target(r, r->uri, p);
+}
+
+const route proxy_routes[] = {
+    {.pattern = "/v1/proxy/{**}", .name = "proxy", .access = ACCESS_AGENT, .admit = proxy_admit,
+     .any = proxy_handle},
+    {.pattern = NULL},
+};
+
+const route proxy_listen_route = {
+    .pattern = "{**}", .name = "proxy", .access = ACCESS_AGENT, .admit = proxy_admit_listen, .any = proxy_handle};

@@ -282,6 +282,9 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
     c->nheaders = up->nheaders;
     c->timeout_ms = up->timeout_ms;
     c->max_response = up->max_response;
+    c->ca_file = up->ca_file;
+    c->tls_cert = up->tls_cert;
+    c->tls_key = up->tls_key;
     c->done = on_lookup_done;
     c->ctx = l;
     if (outbound_submit(r->srv->ob, c) < 0) {

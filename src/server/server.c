@@ -15,10 +15,12 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 
+#include "server/guard.h"
 #include "server/hooks.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -116,6 +118,19 @@ static void raise_nofile(void)
     }
 }
 
+/* A file that holds a secret (tokens, injected headers, signing or TLS
+ * keys) and that group or others may read is said at every start. */
+static void warn_readable_secrets(const once_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nsecret_files; i++) {
+        struct stat st;
+        if (stat(cfg->secret_files[i], &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
+            log_event("warn", "%s holds secrets but is readable by %s (mode %03o): chmod 600 it",
+                      cfg->secret_files[i], (st.st_mode & S_IRWXO) ? "others" : "its group",
+                      (unsigned)(st.st_mode & 0777));
+    }
+}
+
 int server_run(once_config *cfg)
 {
     server srv;
@@ -140,19 +155,25 @@ int server_run(once_config *cfg)
     pthread_cond_init(&lp.cv, NULL);
     int loop_started = 0;
     http_listener *listeners = NULL;
+    size_t nl = 0;
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         log_event("error", "cannot initialise libcurl");
         goto out;
     }
+    char store_shown[512];
+    once_store_url_redact(cfg->store, store_shown, sizeof store_shown);
+    warn_readable_secrets(cfg);
     int rc = once_store_open(cfg->store, &srv.store);
     if (rc < 0) {
-        log_event("error", "cannot open store '%s': %s: %s", cfg->store, once_strerror(rc), once_errdetail());
+        log_event("error", "cannot open store '%s': %s: %s", store_shown, once_strerror(rc), once_errdetail());
         status = 2;
         goto out;
     }
     if (metrics_init(&srv.metrics) < 0 || outbound_start(&srv.ob) < 0 || waiters_start(&srv, &srv.waiters) < 0 ||
-        worker_start(&srv.worker) < 0) {
+        worker_start(&srv.worker) < 0 ||
+        guard_start(cfg->max_conn_per_client, cfg->max_conn_per_loopback, cfg->request_timeout_ms, http_idle_ms(),
+                    &srv.guard) < 0) {
         log_event("error", "cannot start the gateway's threads");
         goto out;
     }
@@ -171,7 +192,7 @@ int server_run(once_config *cfg)
         goto out;
     }
 
-    size_t nl = 1;
+    nl = 1;
     for (size_t i = 0; i < cfg->nupstreams; i++)
         nl += cfg->upstreams[i].listen != NULL;
     listeners = calloc(nl, sizeof *listeners);
@@ -184,10 +205,14 @@ int server_run(once_config *cfg)
     for (size_t i = 0, j = 0; i < nl; i++) {
         listeners[i].srv = &srv;
         const char *addr = cfg->listen;
+        listeners[i].tls_cert = cfg->tls_cert;
+        listeners[i].tls_key = cfg->tls_key;
         if (i > 0) {
             while (!cfg->upstreams[j].listen)
                 j++;
             listeners[i].up = &cfg->upstreams[j];
+            listeners[i].tls_cert = cfg->upstreams[j].listen_tls_cert;
+            listeners[i].tls_key = cfg->upstreams[j].listen_tls_key;
             addr = cfg->upstreams[j++].listen;
         }
         srv.daemons[i] = http_listen(&listeners[i], addr, cfg->threads, cfg->max_connections, err, sizeof err);
@@ -196,8 +221,8 @@ int server_run(once_config *cfg)
             goto out;
         }
         srv.ndaemons++;
-        log_event("info", "listening on %s%s%s", addr, listeners[i].up ? " for upstream " : "",
-                  listeners[i].up ? listeners[i].up->name : "");
+        log_event("info", "listening on %s%s%s%s", addr, listeners[i].tls ? " (https)" : "",
+                  listeners[i].up ? " for upstream " : "", listeners[i].up ? listeners[i].up->name : "");
     }
     lp.lookup_scopes = calloc(cfg->nupstreams + 1, sizeof *lp.lookup_scopes);
     for (size_t i = 0; lp.lookup_scopes && i < cfg->nupstreams; i++)
@@ -209,7 +234,7 @@ int server_run(once_config *cfg)
     }
     loop_started = 1;
     log_event("info", "once %s serving with store %s, %zu upstream(s), %zu webhook source(s)", ONCE_VERSION,
-              cfg->store, cfg->nupstreams, cfg->nsources);
+              store_shown, cfg->nupstreams, cfg->nsources);
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -253,7 +278,12 @@ out:
     once_store_close(srv.store);
     metrics_free(srv.metrics);
     free(srv.daemons);
+    for (size_t i = 0; listeners && i < nl; i++) {
+        free(listeners[i].tls_mem_cert);
+        free(listeners[i].tls_mem_key);
+    }
     free(listeners);
+    guard_free(srv.guard);
     curl_global_cleanup();
     free(lp.lookup_scopes);
     pthread_cond_destroy(&lp.cv);

@@ -23,12 +23,14 @@
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/outbound.h"
+#include "server/router.h"
 
 typedef struct waiters waiters;
 typedef struct worker worker;
 typedef struct delivery delivery;
 typedef struct reconciler reconciler;
 typedef struct source_rt source_rt;
+typedef struct guard guard;
 
 typedef struct server {
     once_config *cfg;
@@ -40,6 +42,7 @@ typedef struct server {
     source_rt *sources;  /* one per cfg->sources */
     delivery *delivery;
     reconciler *reconciler;
+    guard *guard;
     struct MHD_Daemon **daemons;
     size_t ndaemons;
     pthread_mutex_t mu;
@@ -56,9 +59,20 @@ struct req {
     server *srv;
     struct MHD_Connection *conn;
     const upstream_cfg *listen_up; /* a per-upstream listener: every path goes there */
+    int tls;                       /* the listener serves HTTPS (for the own-origin check) */
     char *uri;                     /* raw request target, query included */
     const char *method;            /* MHD's, valid for the request */
     buf body;
+
+    /* decided from the headers, before the body (router.h) */
+    route_match match;
+    route_fn handler;
+    const auth_token *who;         /* the caller's token; NULL when none was needed or none is set */
+    const upstream_cfg *up;        /* proxy: the upstream */
+    const char *target;            /* proxy: path and query after the upstream's prefix (into uri) */
+    source_rt *src;                /* hooks, inbox: the webhook source */
+    char verb[8];                  /* inbox: claim, ack or nack */
+
     int started;
     int too_large;
     int dispatched;
@@ -111,6 +125,9 @@ double req_clock_ms(void);
  * internal with why. Any thread. */
 void req_not_started(req *r, const char *why);
 
+/* Answers with a problem decided before (problem.h). Any thread. */
+void req_problem_from(req *r, const problem *p);
+
 /* Adds a header to the answer this request will get. Call before the
  * answer (req_reply and friends), from the thread that will give it. */
 void req_set_header(req *r, const char *name, const char *value);
@@ -128,9 +145,8 @@ void req_note_key(req *r, const char *scope, const char *key);
 /* Builds a response from bytes (copied). NULL when out of memory. */
 struct MHD_Response *resp_bytes(const void *data, size_t len, const char *content_type);
 
-/* Routes. Each answers with req_reply/req_problem/req_json, now or later. */
-void proxy_handle(req *r, const upstream_cfg *up, const char *target);
-void actions_handle(req *r, const char *path, const char *query);
+/* The route of an upstream's own listener: every target goes to it. */
+extern const route proxy_listen_route;
 
 
 /* Prefer: wait — parked requests waiting for another attempt's outcome. */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "store/sqlite_ops.h"
 
@@ -108,6 +110,14 @@ void sq_fail_sql(store_op *op, sq_conn *c, int rc, const char *what)
 int sq_conn_open(sq_conn *c, const char *path)
 {
     memset(c, 0, sizeof *c);
+    /* The file holds request and response bodies: created for its owner
+     * only, whatever the umask (SQLite gives the -wal and -shm files the
+     * database file's mode). An existing file is left as it is. */
+    if (strcmp(path, ":memory:") != 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0)
+            close(fd);
+    }
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
     if (rc != SQLITE_OK) {

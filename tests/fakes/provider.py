@@ -70,13 +70,18 @@ Control endpoints (never recorded as effects):
     POST /_fake/lookup-mode, /_fake/lookup-faults   lookup faults, see above
 
 Run: /usr/bin/python3 tests/fakes/provider.py --port N [--native] [--key-header NAME]
-With --port 0 a free port is chosen. Either way the first line on stdout is
+           [--tls-cert PEM --tls-key PEM [--tls-ca PEM] [--require-client-cert]]
+With --port 0 a free port is chosen. With --tls-cert/--tls-key it serves HTTPS only (the TLS
+handshake runs in the connection's own thread); --tls-ca names the CA that client
+certificates are checked against, and --require-client-cert refuses a handshake without one
+(mutual TLS). Without these flags nothing changes. Either way the first line on stdout is
 "listening on 127.0.0.1:PORT". Import: FakeProvider(port=0, native=False).start().
 """
 import argparse
 import base64
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -118,16 +123,50 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 2048
 
-    def __init__(self, addr, state):
+    def __init__(self, addr, state, ssl_context=None):
         self.state = state
+        self.ssl_context = ssl_context
         super().__init__(addr, _Handler)
+
+    def finish_request(self, request, client_address):
+        if self.ssl_context is None:
+            return super().finish_request(request, client_address)
+        # HTTPS: the handshake runs here, in the connection's own thread, so that a client
+        # that stalls or fails it (no client certificate, an untrusted CA) blocks no one.
+        request.settimeout(10)
+        try:
+            conn = self.ssl_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            conn.settimeout(None)
+            super().finish_request(conn, client_address)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
 
     def handle_error(self, request, client_address):
         # A client (the gateway) that goes away mid-answer is normal in fault tests.
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, BrokenPipeError, socket.timeout, TimeoutError)):
+        if isinstance(exc, (ConnectionError, BrokenPipeError, socket.timeout, TimeoutError, ssl.SSLError)):
             return
         super().handle_error(request, client_address)
+
+
+def _server_ssl_context(tls_cert, tls_key, tls_ca=None, require_client_cert=False):
+    """The TLS context of an HTTPS fake provider, or None for plain HTTP."""
+    if not tls_cert:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls_cert, tls_key)
+    if tls_ca:
+        ctx.load_verify_locations(tls_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    elif require_client_cert:
+        raise ValueError("--require-client-cert needs --tls-ca")
+    return ctx
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -509,12 +548,14 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeProvider:
     """An in-process fake provider: FakeProvider(port=0, native=False).start()."""
 
-    def __init__(self, port=0, native=False, key_header="Idempotency-Key", host="127.0.0.1"):
+    def __init__(self, port=0, native=False, key_header="Idempotency-Key", host="127.0.0.1",
+                 tls_cert=None, tls_key=None, tls_ca=None, require_client_cert=False):
         self.state = _State(native, key_header)
-        self.server = _Server((host, port), self.state)
+        ctx = _server_ssl_context(tls_cert, tls_key, tls_ca, require_client_cert)
+        self.server = _Server((host, port), self.state, ctx)
         self.host = host
         self.port = self.server.server_address[1]
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"{'https' if ctx else 'http'}://{host}:{self.port}"
         self._thread = None
 
     def start(self):
@@ -547,8 +588,21 @@ def main(argv=None):
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--native", action="store_true", help="dedupe on the idempotency key like Stripe")
     ap.add_argument("--key-header", default="Idempotency-Key", help="the native mode's key header")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (chain)")
+    ap.add_argument("--tls-key", help="the PEM private key of --tls-cert")
+    ap.add_argument("--tls-ca", help="PEM CA that client certificates must be signed by")
+    ap.add_argument("--require-client-cert", action="store_true",
+                    help="mutual TLS: refuse clients without a certificate signed by --tls-ca")
     args = ap.parse_args(argv)
-    prov = FakeProvider(port=args.port, native=args.native, key_header=args.key_header, host=args.host)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        ap.error("--tls-cert and --tls-key go together")
+    if (args.tls_ca or args.require_client_cert) and not args.tls_cert:
+        ap.error("--tls-ca and --require-client-cert need --tls-cert")
+    if args.require_client_cert and not args.tls_ca:
+        ap.error("--require-client-cert needs --tls-ca")
+    prov = FakeProvider(port=args.port, native=args.native, key_header=args.key_header, host=args.host,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
+                        require_client_cert=args.require_client_cert)
     print(f"listening on {prov.host}:{prov.port}", flush=True)
     import signal
 

@@ -119,12 +119,12 @@ def test_random_garbage_bytes(gw, seed):
     b"\r\n\r\n\r\n",
     b"GET\r\n\r\n",
     b"GET /nope\r\n\r\n",
-    b"GET  /nope  HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /nope HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
-    b"GET /nope HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
-    b"GET /nope HTTP/1.1\r\nHost: x\r\n : empty name\r\n\r\n",
-    b"GET /nope HTTP/1.1\r\nHost: x\r\nX-A:\r\n folded\r\n\r\n",
-    b"GET /nope HTTP/1.1\nHost: x\n\n\x16\x03\x01",
+    b"GET  /nope  HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n",
+    b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n",
+    b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n : empty name\r\n\r\n",
+    b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A:\r\n folded\r\n\r\n",
+    b"GET /nope HTTP/1.1\nHost: 127.0.0.1\n\n\x16\x03\x01",
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 ], ids=["nul", "blank-lines", "no-target", "http09", "double-spaces", "no-colon", "nul-in-value",
@@ -134,12 +134,12 @@ def test_malformed_requests(gw, data):
 
 
 def test_http_version_not_supported(gw):
-    check_raw(*raw_exchange(gw.port, b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", shut_write=True),
+    check_raw(*raw_exchange(gw.port, b"GET /healthz HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n", shut_write=True),
               allow=(505,))
 
 
 def test_unknown_method(gw):
-    res = check_raw(*raw_exchange(gw.port, b"FROB /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    res = check_raw(*raw_exchange(gw.port, b"FROB /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
                     allow=(501,))
     assert res is None or res[0] in (400, 404, 405, 501), res
 
@@ -157,8 +157,8 @@ def test_http10_works(gw):
 
 
 def test_pipelined_requests_both_answered(gw):
-    one = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    one = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    last = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     buf, _ = raw_exchange(gw.port, one + one + last)
     assert buf.count(b"HTTP/1.1 200") == 3, buf[:1000]
 
@@ -166,18 +166,18 @@ def test_pipelined_requests_both_answered(gw):
 # ----------------------------------------------------------------------------- oversize
 
 def test_oversized_header_value(gw):
-    data = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (256 * 1024) + b"\r\n\r\n"
+    data = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (256 * 1024) + b"\r\n\r\n"
     check_raw(*raw_exchange(gw.port, data))
 
 
 def test_too_many_headers(gw):
-    data = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(
+    data = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(
         b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(3000)) + b"\r\n"
     check_raw(*raw_exchange(gw.port, data))
 
 
 def test_oversized_url(gw):
-    data = b"GET /v1/actions/s/" + b"k" * (256 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = b"GET /v1/actions/s/" + b"k" * (256 * 1024) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     check_raw(*raw_exchange(gw.port, data))
 
 
@@ -220,7 +220,7 @@ def _send_head_then_read(port, head, timeout=8):
 def test_oversized_body_413_before_all_of_it_is_sent(gw, provider, path):
     """A client uploading 50 MiB (max_body 64KiB) gets 413 long before it has sent it all."""
     total = 50 * 1024 * 1024
-    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Idempotency-Key: {new_key()}\r\nContent-Length: {total}\r\n\r\n").encode()
     s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
     sent, buf, closed = 0, b"", False
@@ -272,7 +272,7 @@ def test_oversized_body_413_before_all_of_it_is_sent(gw, provider, path):
 
 
 def test_expect_100_continue_oversized_413(gw):
-    head = (b"POST /v1/actions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/actions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Expect: 100-continue\r\nContent-Length: 10000000\r\n\r\n")
     buf, closed = _send_head_then_read(gw.port, head)
     assert not buf.startswith(b"HTTP/1.1 100"), "said 100 Continue to a body over max_body"
@@ -284,7 +284,7 @@ def test_expect_100_continue_oversized_413(gw):
 def test_chunked_body_over_limit_413(gw, provider, path):
     chunk = b"a" * 8192
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(20)) + b"0\r\n\r\n"
-    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
             f"Idempotency-Key: {new_key()}\r\nConnection: close\r\n\r\n").encode()
     try:
         buf, closed = raw_exchange(gw.port, head + body)
@@ -299,7 +299,7 @@ def test_chunked_body_within_limit_works(gw):
     body = json.dumps({"scope": "chunky", "key": new_key()}).encode()
     half = len(body) // 2
     chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:])
-    head = (b"POST /v1/actions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    head = (b"POST /v1/actions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
             b"Content-Type: application/json\r\nConnection: close\r\n\r\n")
     buf, _ = raw_exchange(gw.port, head + chunked)
     p = parse_raw_response(buf)
@@ -315,7 +315,7 @@ def test_chunked_body_within_limit_works(gw):
     b"Transfer-Encoding: chunked\r\n",  # then a malformed chunk size
 ], ids=["cl-text", "cl-negative", "cl-twice", "cl-and-te", "te-weird", "bad-chunk"])
 def test_bad_framing(gw, provider, head):
-    data = (b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + new_key().encode()
+    data = (b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: " + new_key().encode()
             + b"\r\n" + head + b"\r\nzz\r\nhello\r\n0\r\n\r\n")
     buf, closed = raw_exchange(gw.port, data, shut_write=True, read_timeout=IDLE)
     check_raw(buf, closed)
@@ -323,7 +323,7 @@ def test_bad_framing(gw, provider, head):
 
 
 def test_truncated_body_then_eof(gw, provider):
-    data = (b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + new_key().encode()
+    data = (b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: " + new_key().encode()
             + b"\r\nContent-Length: 100\r\n\r\n0123456789")
     buf, closed = raw_exchange(gw.port, data, shut_write=True, read_timeout=IDLE)
     check_raw(buf, closed)
@@ -391,7 +391,7 @@ def test_slowloris_does_not_starve_others(gw):
     try:
         for i in range(100):
             s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow-%d: " % i)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-%d: " % i)
             socks.append(s)
         for _ in range(3):
             for s in socks:
@@ -415,7 +415,7 @@ def test_stalled_partial_request_is_eventually_closed(gw):
     """A client that sends half a header block and stalls must not hold a connection forever."""
     s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
     try:
-        s.sendall(b"POST /v1/actions HTTP/1.1\r\nHost: x\r\nX-Stall: ")
+        s.sendall(b"POST /v1/actions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Stall: ")
         s.settimeout(90)
         t0 = time.monotonic()
         try:
@@ -436,7 +436,7 @@ def test_client_vanishes_while_call_in_flight(gw, provider):
     key = new_key()
     body = b'{"amount":7}'
     s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
-    s.sendall(b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"X-Fake-Delay-Ms: 800\r\nIdempotency-Key: " + key.encode()
               + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     assert provider.wait_count(1) == 1
@@ -463,7 +463,7 @@ def test_client_vanishes_while_waiting_with_prefer(gw, provider):
     assert provider.wait_count(1) == 1
     for _ in range(5):
         s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
-        s.sendall(b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: x\r\nPrefer: wait=10\r\n"
+        s.sendall(b"POST /v1/proxy/demo/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nPrefer: wait=10\r\n"
                   b"Idempotency-Key: " + key.encode() + b"\r\nContent-Length: 2\r\n\r\n{}")
         time.sleep(0.05)
         s.close()
@@ -479,7 +479,7 @@ def test_many_connections_opened_and_dropped(gw):
     for i in range(300):
         s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
         if i % 3 == 0:
-            s.sendall(b"POST /v1/actions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"sc")
+            s.sendall(b"POST /v1/actions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\n{\"sc")
         elif i % 3 == 1:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         s.close()

@@ -417,7 +417,8 @@ def _sdk_unknown(gw, scope, key, request):
 
 def test_actions_api_unknown_is_reconciled_by_key(prov, gws):
     gw = gws({"pay": upstream(prov, lookup="GET /v1/lookup?by=json:/ref&ref={key}",
-                              lookup_found="json:/data/0/id", lookup_absent="json-empty:/data")})
+                              lookup_found="json:/data/0/id", lookup_absent="json-empty:/data",
+                              actions_api=True)})
     key = new_key("sdk")
     import requests as rq
     rq.post(prov.url + "/charges", json={"ref": key}, timeout=10).raise_for_status()  # the SDK's call
@@ -430,7 +431,8 @@ def test_actions_api_unknown_is_reconciled_by_json_field(prov, gws):
     """{json:/ptr} in the lookup is filled "from the stored original request"; for an
     action reserved through the actions API that is its "request" object."""
     gw = gws({"pay": upstream(prov, lookup="GET /v1/lookup?by=json:/ref&ref={json:/ref}",
-                              lookup_found="json:/data/0/id", lookup_absent="json-empty:/data")})
+                              lookup_found="json:/data/0/id", lookup_absent="json-empty:/data",
+                              actions_api=True)})
     key = new_key("sdk")
     ref = new_key("ref")
     import requests as rq

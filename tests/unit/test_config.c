@@ -245,8 +245,8 @@ static void test_example(void **state)
     assert_int_equal(cfg.lease_ms, 30000);
     assert_int_equal(cfg.retention_ms, 86400000);
     assert_int_equal(cfg.ntokens, 2);
-    assert_string_equal(cfg.tokens[0], "tok-one");
-    assert_string_equal(cfg.tokens[1], "tok-two");
+    assert_string_equal(cfg.tokens[0].secret, "tok-one");
+    assert_string_equal(cfg.tokens[1].secret, "tok-two");
     assert_int_equal(cfg.nupstreams, 1);
     const upstream_cfg *u = config_upstream(&cfg, "openai");
     assert_non_null(u);
@@ -756,7 +756,7 @@ static void test_files(void **state)
     tc_write("tok", "a\n# c\n\n b \n");
     tc_expect_ok("[server]\ntokens_file = tok\n", &cfg);
     assert_int_equal(cfg.ntokens, 2);
-    assert_string_equal(cfg.tokens[1], "b");
+    assert_string_equal(cfg.tokens[1].secret, "b");
     config_free(&cfg);
     snprintf(text, sizeof text, "[server]\ntokens_file = %s/tok\n", tc.dir);
     tc_expect_ok(text, &cfg);
@@ -766,7 +766,7 @@ static void test_files(void **state)
     setenv("TC_SECRET", "tok", 1);
     tc_write("tok2", "${TC_SECRET}\n");
     tc_expect_ok("[server]\ntokens_file = ${TC_SECRET}2\n", &cfg);
-    assert_string_equal(cfg.tokens[0], "${TC_SECRET}");
+    assert_string_equal(cfg.tokens[0].secret, "${TC_SECRET}");
     config_free(&cfg);
 
     tc_expect_error("[server]\n\ntokens_file = missing\n", 3, "tokens_file: cannot open '");

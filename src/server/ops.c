@@ -1,0 +1,59 @@
+/*
+ * ops.c — the operations routes: /healthz (the process answers), /readyz
+ * (the store answers) and /metrics (Prometheus text).
+ */
+#include <stdio.h>
+
+#include "server/log.h"
+#include "server/server.h"
+
+static void ops_healthz(req *r)
+{
+    req_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* The store's own words stay in the log: an unauthenticated prober learns
+ * that the store is down, not its address or error text. */
+static void ops_readyz(req *r)
+{
+    if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE)) {
+        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+        return;
+    }
+    int rc = once_store_ping(r->srv->store);
+    if (rc == ONCE_OK) {
+        req_json(r, 200, json_pack("{s:s}", "status", "ready"));
+        return;
+    }
+    log_event("warn", "readyz: the store does not answer: %s: %s", once_strerror(rc), once_errdetail());
+    req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "the store does not answer (see the log)");
+}
+
+static void ops_metrics(req *r)
+{
+    buf b = {0};
+    if (metrics_render(r->srv->metrics, &b) < 0) {
+        buf_free(&b);
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render metrics");
+        return;
+    }
+    char extra[128];
+    snprintf(extra, sizeof extra,
+             "# HELP once_upstream_in_flight Upstream calls running now.\n"
+             "# TYPE once_upstream_in_flight gauge\nonce_upstream_in_flight %zu\n",
+             outbound_in_flight(r->srv->ob));
+    buf_append_str(&b, extra, (size_t)1 << 30);
+    struct MHD_Response *resp = resp_bytes(b.data, b.len, "text/plain; version=0.0.4");
+    buf_free(&b);
+    req_reply(r, 200, resp);
+}
+
+const route ops_routes[] = {
+    {.pattern = "/healthz", .name = "healthz", .access = ACCESS_OPEN,
+     .methods = {{"GET", ops_healthz}, {"HEAD", ops_healthz}}},
+    {.pattern = "/readyz", .name = "readyz", .access = ACCESS_OPEN,
+     .methods = {{"GET", ops_readyz}, {"HEAD", ops_readyz}}},
+    {.pattern = "/metrics", .name = "metrics", .access = ACCESS_METRICS,
+     .methods = {{"GET", ops_metrics}, {"HEAD", ops_metrics}}},
+    {.pattern = NULL},
+};

@@ -1,0 +1,34 @@
+/*
+ * target.h — the request target of a proxied call: what an agent may put
+ * after /v1/proxy/{upstream} (or send to an upstream's own listener), and
+ * the upstream URL built from it (DESIGN.md §6: the upstream is fixed by
+ * config; nothing an agent sends may choose another host or escape the
+ * configured base path).
+ */
+#ifndef ONCE_SERVER_TARGET_H
+#define ONCE_SERVER_TARGET_H
+
+#include <stddef.h>
+
+typedef enum target_verdict {
+    TARGET_OK = 0,
+    TARGET_MALFORMED = -1, /* a broken percent escape or a byte outside visible ASCII */
+    TARGET_INVALID = -2    /* not a path: it does not start with '/' or '?', has a dot segment, or a '#' */
+} target_verdict;
+
+/* Checks a raw request target (path and query, still percent-encoded).
+ * Accepted: empty, or starting with '/' or '?', without '#', with no path
+ * segment that is "." or ".." — raw, percent-encoded, or inside a segment
+ * whose decoded form splits on '/' or '\' into such a part. why (may be
+ * NULL) gets a one-line reason on refusal. */
+target_verdict target_check(const char *target, char *why, size_t whylen);
+
+/* Builds the URL of a call to the upstream whose base URL is base (as
+ * configured: scheme, host, optional port and path, no query) for a target
+ * that passed target_check, with libcurl's URL API: the scheme, host and
+ * port are set from base and never parsed out of the target. The result is
+ * parsed again and must name the same scheme, host and port, and a path
+ * under base's. 0 and a malloc'd *out (free() it), or -1 with why. */
+int target_url(const char *base, const char *target, char **out, char *why, size_t whylen);
+
+#endif
