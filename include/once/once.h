@@ -407,11 +407,13 @@ typedef struct once_event_in {
     const uint8_t *body;
     size_t body_len;
     int64_t retention_ms;     /* the dedupe window after delivery; 0 = 7 days */
+    const char *digest;       /* optional second dedupe key (64 lower-case hex, the body's digest) for a
+                                 source whose event id the signature does not cover; NULL = none */
 } once_event_in;
 
-/* Inserts the event unless (source, event_id) exists; durable before it
- * returns. *inserted = 1 for a new event, 0 for a duplicate (nothing
- * changed). */
+/* Inserts the event unless (source, event_id) exists — or, when digest is
+ * given, (source, digest); durable before it returns. *inserted = 1 for a
+ * new event, 0 for a duplicate (nothing changed). */
 int once_event_insert(once_store *store, const once_event_in *ev, int *inserted);
 /* As once_event_insert, answering through cb once durable (see the
  * asynchronous variants below); *inserted is set before cb runs. Returns 1

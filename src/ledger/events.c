@@ -51,7 +51,8 @@ static int insert(once_store *store, const once_event_in *ev, int *inserted, onc
     if (rc < 0)
         return once_fail(rc, "source: %s", once_errdetail() + (strncmp(once_errdetail(), "scope: ", 7) ? 0 : 7));
     if ((rc = check_event_id(ev->event_id)) < 0 ||
-        (rc = validate_text("content_type", ev->content_type, ONCE_TEXT_MAX, 1)) < 0)
+        (rc = validate_text("content_type", ev->content_type, ONCE_TEXT_MAX, 1)) < 0 ||
+        (ev->digest && (rc = validate_hex("digest", ev->digest, 64)) < 0))
         return rc;
     if (ev->body_len > ONCE_BODY_MAX || (!ev->body && ev->body_len) || ev->headers_len > ONCE_HEADERS_MAX ||
         (!ev->headers && ev->headers_len) || ev->retention_ms < 0)

@@ -45,19 +45,24 @@ int once_scope_validate(const char *scope)
     return ONCE_OK;
 }
 
-int validate_token(const char *token)
+int validate_hex(const char *what, const char *s, size_t len)
 {
-    if (!token)
-        return once_fail(ONCE_EINVAL, "token: missing");
-    size_t n = strnlen(token, ONCE_TOKEN_LEN + 1);
-    if (n != ONCE_TOKEN_LEN)
-        return once_fail(ONCE_EINVAL, "token: must be %d hex characters", ONCE_TOKEN_LEN);
+    if (!s)
+        return once_fail(ONCE_EINVAL, "%s: missing", what);
+    size_t n = strnlen(s, len + 1);
+    if (n != len)
+        return once_fail(ONCE_EINVAL, "%s: must be %zu hex characters", what, len);
     for (size_t i = 0; i < n; i++) {
-        char c = token[i];
+        char c = s[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-            return once_fail(ONCE_EINVAL, "token: must be %d lower-case hex characters", ONCE_TOKEN_LEN);
+            return once_fail(ONCE_EINVAL, "%s: must be %zu lower-case hex characters", what, len);
     }
     return ONCE_OK;
+}
+
+int validate_token(const char *token)
+{
+    return validate_hex("token", token, ONCE_TOKEN_LEN);
 }
 
 int validate_text(const char *what, const char *s, size_t max, int printable)

@@ -663,10 +663,22 @@ static int sig_id_ok(const char *id, size_t n)
  * Senders that are not white-labelled send the same headers as svix-*;
  * those are read when webhook-signature is absent (never mixed). Entries of
  * other versions (v1a, …) are ignored. */
+static const char *sig_standard_family(sig_header_fn header, void *ctx)
+{
+    return header(ctx, "webhook-signature") != NULL ? "webhook" : "svix";
+}
+
+const char *sig_signed_id(const sig_verifier *v, sig_header_fn header, void *ctx)
+{
+    if (!v || v->scheme != SIG_STANDARD || !header)
+        return NULL;
+    return header(ctx, strcmp(sig_standard_family(header, ctx), "webhook") == 0 ? "webhook-id" : "svix-id");
+}
+
 static int sig_verify_standard(const sig_verifier *v, sig_header_fn header, void *ctx, const uint8_t *body,
                                size_t len, int64_t now_ms, char *why, size_t whylen)
 {
-    const char *fam = header(ctx, "webhook-signature") != NULL ? "webhook" : "svix";
+    const char *fam = sig_standard_family(header, ctx);
     char name[32];
     const char *id, *ts, *sg;
     size_t idn, tsn, sgn;

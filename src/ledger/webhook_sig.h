@@ -56,6 +56,11 @@ void sig_verifier_free(sig_verifier *v);
 int sig_verify(const sig_verifier *v, sig_header_fn header, void *ctx, const uint8_t *body, size_t len,
                int64_t now_ms, char *why, size_t whylen);
 
+/* The event id the signature covers, for schemes that sign one (Standard
+ * Webhooks: webhook-id, or svix-id when the svix-* headers were the ones
+ * verified); NULL for the other schemes or when the header is absent. */
+const char *sig_signed_id(const sig_verifier *v, sig_header_fn header, void *ctx);
+
 /* Standard Webhooks signing of an outgoing delivery, with the first secret
  * of a SIG_STANDARD verifier built from deliver_secret: writes
  * "v1,<base64>" into out. 0 or -1. */

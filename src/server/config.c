@@ -2456,6 +2456,12 @@ static int config_finish_source(config_ctx *c, size_t i)
         if (config_src_refuse(c, i, "tolerance", why) != 0)
             return -1;
     }
+    /* The event id of a Standard Webhooks request is the id its signature
+     * covers; one taken from elsewhere could be chosen by a replayer. */
+    if (s->verify == SIG_STANDARD &&
+        config_src_refuse(c, i, "event_id",
+                          "verify = standard takes the event id its signature covers (webhook-id, or svix-id)") != 0)
+        return -1;
     if (s->event_id == NULL) {
         const char *def = config_schemes[sch].event_id;
         if (def == NULL)

@@ -93,6 +93,7 @@ typedef struct ingest {
     req *r;
     source_rt *src;
     char event_id[ONCE_EVENT_ID_MAX + 1];
+    char digest[65];    /* the body's, when the signature does not cover the id */
     char *headers;
     char *content_type; /* a copy: MHD's string may go when the client does */
     once_event_in in;
@@ -129,12 +130,25 @@ static enum MHD_Result header_collect(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-/* The event id per the source's event_id spec (or the scheme's default). */
+/* The event id per the source's event_id spec (or the scheme's default).
+ * A Standard Webhooks id is the one the signature covered, never another
+ * header a replayer could add. */
 static int event_id_take(ingest *g, char *why, size_t whylen)
 {
     req *r = g->r;
     const char *spec = g->src->cfg->event_id;
-    if (strncmp(spec, "header:", 7) == 0) {
+    if (g->src->verifier && g->src->cfg->verify == SIG_STANDARD) {
+        const char *v = sig_signed_id(g->src->verifier, header_of, r);
+        if (!v || !*v) {
+            snprintf(why, whylen, "no webhook-id header");
+            return -1;
+        }
+        if (strlen(v) > ONCE_EVENT_ID_MAX) {
+            snprintf(why, whylen, "the webhook-id header is longer than %d bytes", ONCE_EVENT_ID_MAX);
+            return -1;
+        }
+        snprintf(g->event_id, sizeof g->event_id, "%s", v);
+    } else if (strncmp(spec, "header:", 7) == 0) {
         const char *v = req_header(r, spec + 7);
         /* Svix sends svix-* rather than webhook-* unless white-labelled. */
         if ((!v || !*v) && strcasecmp(spec + 7, "webhook-id") == 0)
@@ -241,6 +255,15 @@ static void hooks_ingest(req *r)
         req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
         return;
     }
+    /* An id from a header the signature does not cover (GitHub's delivery
+     * id) is the sender's word only: a captured delivery replayed under a
+     * fresh id must still be a duplicate, so the body's digest is a second
+     * key (DESIGN.md §6). */
+    int unsigned_id = strncmp(src->cfg->event_id, "header:", 7) == 0 && src->cfg->verify != SIG_STANDARD;
+    if (unsigned_id && once_fingerprint("webhook", src->cfg->name, r->body.data, r->body.len, g->digest) < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot digest the body");
+        return;
+    }
     g->in = (once_event_in){.source = src->cfg->name,
                             .event_id = g->event_id,
                             .content_type = g->content_type,
@@ -248,7 +271,8 @@ static void hooks_ingest(req *r)
                             .headers_len = strlen(g->headers),
                             .body = r->body.data,
                             .body_len = r->body.len,
-                            .retention_ms = src->cfg->retention_ms};
+                            .retention_ms = src->cfg->retention_ms,
+                            .digest = unsigned_id ? g->digest : NULL};
     int rc = once_event_insert_async(srv->store, &g->in, &g->inserted, on_inserted, g);
     if (rc == 1) {
         on_inserted(g, ONCE_OK, ""); /* a duplicate, answered by a read */

@@ -242,6 +242,11 @@ static const char *const migrations[] = {
     "     ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
     "  RETURN 'ok';"
     " END $$;",
+
+    /* 3: a second dedupe key for events whose id the signature does not
+     * cover (GitHub's delivery id): the body's digest, unique per source. */
+    "ALTER TABLE events ADD COLUMN digest TEXT;"
+    "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;",
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

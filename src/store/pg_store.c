@@ -81,9 +81,10 @@ static const stmt_def stmts[] = {
                  "a.lookups, a.lookup_next_at, a.trail"},
     {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
+    /* No conflict target: a duplicate id or a duplicate digest. */
     {"ev_insert", "INSERT INTO events (source, event_id, state, received_at, updated_at, next_at, retention_ms, "
-                  "content_type, headers, body) VALUES ($1, $2, 'pending', $3, $3, $3, $4, $5, $6, $7) "
-                  "ON CONFLICT (source, event_id) DO NOTHING"},
+                  "content_type, headers, body, digest) VALUES ($1, $2, 'pending', $3, $3, $3, $4, $5, $6, $7, $8) "
+                  "ON CONFLICT DO NOTHING"},
     /* SKIP LOCKED: claimers on N nodes take disjoint events. */
     {"ev_claim", "UPDATE events e SET attempt = e.attempt + 1, receipt = e.id || '.' || $4, "
                  "claim_until = $2 + $3, updated_at = $2 FROM (SELECT id FROM events WHERE source = $1 "
@@ -92,7 +93,7 @@ static const stmt_def stmts[] = {
                  "e.state, e.attempt, e.received_at, e.updated_at, e.next_at, e.claim_until, e.receipt, "
                  "e.delivered_at, e.expires_at, e.retention_ms, e.content_type, e.headers, e.body, e.error"},
     {"ev_settle", "SELECT once_event_settle($1, $2, $3, $4, $5, $6, $7, $8)"},
-    {"ev_exists", "SELECT 1 FROM events WHERE source = $1 AND event_id = $2"},
+    {"ev_exists", "SELECT 1 FROM events WHERE source = $1 AND (event_id = $2 OR digest = $3)"},
     {"ev_get", "SELECT " E_COLS " FROM events WHERE source = $1 AND event_id = $2"},
     {"ev_list", "SELECT " E_COLS " FROM events WHERE id > $1 AND ($2::text IS NULL OR source = $2) "
                 "AND ($3::text IS NULL OR state = $3) ORDER BY id LIMIT $4"},
@@ -586,6 +587,7 @@ static int op_send(PGconn *c, store_op *op)
         p_text(&p, e->content_type);
         p_text(&p, e->headers);
         p_bytes(&p, e->body, e->body_len);
+        p_text(&p, e->digest);
         break;
     }
     case OP_EV_CLAIM:
@@ -1169,6 +1171,7 @@ static int pgs_event_insert(once_store *st, const once_event_in *ev, int64_t now
     params p = {.n = 0};
     p_text(&p, ev->source);
     p_text(&p, ev->event_id);
+    p_text(&p, ev->digest);
     PGresult *res;
     int rc = read_exec(pg(st), "ev_exists", &p, &res);
     if (rc < 0)

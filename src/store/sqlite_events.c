@@ -36,11 +36,12 @@ enum {
 };
 
 static const char *const ev_sql[EV_COUNT] = {
+    /* No conflict target: a duplicate id or a duplicate digest. */
     [EV_INSERT] = "INSERT INTO events (source, event_id, state, received_at, updated_at, next_at, retention_ms, "
-                  "content_type, headers, body) VALUES (?1, ?2, 'pending', ?3, ?3, ?3, ?4, ?5, ?6, ?7) "
-                  "ON CONFLICT (source, event_id) DO NOTHING",
+                  "content_type, headers, body, digest) VALUES (?1, ?2, 'pending', ?3, ?3, ?3, ?4, ?5, ?6, ?7, ?8) "
+                  "ON CONFLICT DO NOTHING",
     [EV_SELECT] = "SELECT " EV_COLS " FROM events WHERE source = ?1 AND event_id = ?2",
-    [EV_EXISTS] = "SELECT 1 FROM events WHERE source = ?1 AND event_id = ?2",
+    [EV_EXISTS] = "SELECT 1 FROM events WHERE source = ?1 AND (event_id = ?2 OR digest = ?3)",
     [EV_SELECT_ID] = "SELECT " EV_COLS " FROM events WHERE id = ?1",
     [EV_DUE] = "SELECT id FROM events WHERE source = ?1 AND state = 'pending' AND next_at <= ?2 "
                "AND claim_until <= ?2 ORDER BY next_at, id LIMIT ?3",
@@ -113,13 +114,14 @@ static int ev_decode(sqlite3_stmt *st, once_event *e)
 }
 
 /* Is (source, event_id) stored? 1 yes, 0 no, -1 error (op failed). */
-int sq_event_exists(sq_conn *c, store_op *op, const char *source, const char *event_id)
+int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_EXISTS);
     if (!st)
         return -1;
-    sq_bind_text(st, 1, source);
-    sq_bind_text(st, 2, event_id);
+    sq_bind_text(st, 1, ev->source);
+    sq_bind_text(st, 2, ev->event_id);
+    sq_bind_text(st, 3, ev->digest);
     int rc = sqlite3_step(st);
     sq_done(st);
     if (rc == SQLITE_ROW)
@@ -144,6 +146,7 @@ static void op_insert(sq_conn *c, store_op *op)
     if (ev->headers)
         sqlite3_bind_text64(st, 6, ev->headers, ev->headers_len, SQLITE_STATIC, SQLITE_UTF8);
     sq_bind_blob(st, 7, ev->body, ev->body_len);
+    sq_bind_text(st, 8, ev->digest);
     if (sq_write_step(c, op, st, "insert event") < 0)
         return;
     /* The unique constraint decides: a duplicate changes nothing. */

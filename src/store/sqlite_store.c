@@ -429,7 +429,7 @@ static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now
         int rc = pool_get(s, &c);
         if (rc < 0)
             return rc;
-        int found = sq_event_exists(c, &op, ev->source, ev->event_id);
+        int found = sq_event_exists(c, &op, ev);
         pool_put(s, c);
         if (found < 0)
             return op_result(&op);

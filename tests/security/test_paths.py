@@ -165,3 +165,24 @@ def test_listen_port_forwards_a_plain_path(gw, provider, attacker, ports):
     assert [(s["path"], s["query"]) for s in seen] == [("/v1/charges", "expand=x")], seen
     assert seen[0]["headers"].get("authorization") == f"Bearer {sh.SECRET}"
     attacker.assert_saw_nothing()
+
+
+def test_absolute_form_on_the_main_port(gw, provider, attacker):
+    """GET http://127.0.0.1:ATTACKER/v1/proxy/lx/x (absolute-form, proxy style) on the main
+    port: refused or not found, and never sent to the host it names."""
+    r = send(gw.port, "GET", f"http://127.0.0.1:{attacker.port}/v1/proxy/lx/steal")
+    assert r.status_code in (400, 404), describe(r)
+    attacker.assert_saw_nothing(secrets=[sh.SECRET])
+    sh.assert_provider_saw_nothing(provider)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_upstream_redirect_is_not_followed(gw, provider, attacker, status):
+    """The upstream answers a redirect to the attacker: once passes it back to the agent
+    and never follows it (with the injected credentials) itself."""
+    location = f"http://127.0.0.1:{attacker.port}/steal"
+    r = gw.proxy("POST", "lx", "/v1/charges", key=new_key(), json={"amount": 1}, allow_redirects=False,
+                 headers={"X-Fake-Status": str(status), "X-Fake-Header": f"Location: {location}"})
+    assert r.status_code == status and r.headers.get("Location") == location, describe(r)
+    assert provider.count() == 1
+    attacker.assert_saw_nothing(secrets=[sh.SECRET])

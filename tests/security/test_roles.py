@@ -159,7 +159,7 @@ def test_agent_cannot_resolve_and_nothing_changes(gw):
     assert rec["state"] == "unknown" and rec["provider_id"] is None, rec
 
 
-@pytest.mark.parametrize("auth", [None, f"Bearer {STRANGER}", f"Bearer {AGENT} operator", f"Bearer operator",
+@pytest.mark.parametrize("auth", [None, f"Bearer {STRANGER}", f"Bearer {AGENT} operator", "Bearer operator",
                                   f"Bearer {OPERATOR[:-1]}", f"Basic {OPERATOR}", "Bearer ops-bob"],
                          ids=["none", "unknown", "token-plus-role", "role-word", "prefix", "basic", "name"])
 def test_resolve_without_an_operator_token_is_401(gw, auth):
@@ -189,6 +189,15 @@ def test_without_tokens_every_route_is_open(gateway):
     assert r.status_code == 200, describe(r)
     r = gw.post(f"/v1/actions/{scope}/{key}/resolve", json={"outcome": "released"})
     assert r.status_code == 200, describe(r)
+
+
+def test_operator_line_without_a_name(gateway, tmp_path):
+    """`TOKEN operator` (no NAME) is an operator too: it may resolve."""
+    tokens = sh.write_tokens(tmp_path / "tokens", [AGENT, f"{OPERATOR} operator"])
+    gw = gateway(server={"tokens_file": str(tokens)})
+    scope, key = unknown_action(gw)
+    r = gw.post(f"/v1/actions/{scope}/{key}/resolve", json={"outcome": "released"}, headers=sh.bearer(OPERATOR))
+    assert r.status_code == 200 and r.json()["state"] == "released", describe(r)
 
 
 # ----------------------------------------------------------------------------- metrics_token

@@ -98,8 +98,8 @@ def test_gateway_serves_https_only(gateway, pki, monkeypatch):
 def test_upstream_listener_serves_https(gateway, pki, provider):
     """[upstream.X] listen_tls_cert/listen_tls_key: the upstream's own listener is HTTPS."""
     port = free_port()
-    gw = gateway(upstreams={"up": {"url": provider.url, "listen": f"127.0.0.1:{port}",
-                                   "listen_tls_cert": pki.server_cert, "listen_tls_key": pki.server_key}})
+    gateway(upstreams={"up": {"url": provider.url, "listen": f"127.0.0.1:{port}",
+                              "listen_tls_cert": pki.server_cert, "listen_tls_key": pki.server_key}})
     r = requests.post(f"https://127.0.0.1:{port}/v1/charges", json={"amount": 1},
                       headers={"Idempotency-Key": new_key()}, verify=str(pki.ca_cert), timeout=30)
     assert r.status_code == 200 and outcome(r) == "completed", describe(r)
