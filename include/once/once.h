@@ -76,6 +76,8 @@ const char *once_errdetail(void);
 #define ONCE_RETENTION_MAX_MS (3650LL * 24 * 3600 * 1000) /* of a reservation's outcome */
 #define ONCE_TOKEN_LEN 32                /* hex characters of a token */
 #define ONCE_CURSOR_MAX 32               /* bytes of a list cursor, with NUL */
+#define ONCE_PAGE_BYTES (8u << 20)       /* a list page or a claim stops once its stored bodies pass
+                                            this many bytes (it holds one row at least) */
 
 /* Checks a key / scope; 0 or ONCE_EINVAL (with a detail). */
 int once_key_validate(const char *key);
@@ -170,8 +172,22 @@ int once_store_url_redact(const char *url, char *out, size_t cap);
  * frees it. NULL is fine. Not thread-safe against other calls on store. */
 void once_store_close(once_store *store);
 
-/* 0 if the store answers a trivial query, else an error code. */
+/* 0 if a write would commit now (a no-op transaction through the store's
+ * writers, whose broken connections are replaced first), else an error. */
 int once_store_ping(once_store *store);
+
+/* SQLite: the WAL is checkpointed and truncated once it passes bytes
+ * (default 64 MiB; at least 1 MiB), so a sustained load cannot grow it
+ * without bound. Other stores: nothing to bound, 0. */
+int once_store_set_wal_limit(once_store *store, int64_t bytes);
+/* SQLite: the WAL file's size now. ONCE_ENOTSUP for a store without one. */
+int once_store_wal_bytes(once_store *store, int64_t *bytes);
+
+/* Claims the store for one serving process: a SQLite file may be served by
+ * one gateway at a time (ONCE_EBUSY, naming the holder, for a second);
+ * PostgreSQL is shared by any number of nodes (always 0). Held until
+ * once_store_close. Readers and the CLI need no claim. */
+int once_store_lock(once_store *store);
 
 /* Called by the store's writer after each commit, on the writer thread:
  * batch is the number of operations in the transaction, seconds the time
@@ -265,6 +281,17 @@ int once_release(once_store *store, const char *scope, const char *key, const ch
 int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
                       const char *error);
 
+/* PENDING: the lease of the attempt holding token moves to now + lease_ms,
+ * so a long call is not taken for a dead one (the owner renews every
+ * lease/3 while it works). *lease_expires_at (may be NULL) gets the new
+ * deadline. Durable before it returns. Errors: ONCE_ENOTFOUND, ONCE_ESTALE
+ * (another attempt holds the key), ONCE_ESTATE (the row is no longer
+ * pending: its lease ran out and it is unknown — the call's answer, when it
+ * comes, is still recorded by once_complete as a late completion),
+ * ONCE_EINVAL (lease_ms outside 1 ms..ONCE_LEASE_MAX_MS). */
+int once_renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+               int64_t *lease_expires_at);
+
 /* ---- reads ------------------------------------------------------------- */
 
 /* The whole record of (scope, key) into *out. ONCE_ENOTFOUND if absent. */
@@ -303,8 +330,13 @@ typedef enum once_outcome {
 int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
                  const char *provider_id, const char *note);
 
+/* The error of an action that became UNKNOWN because its lease ran out
+ * (its owner stopped renewing: it died, or lost the store). Its call may
+ * still be running on a node cut off from the store. */
+#define ONCE_REASON_LEASE_EXPIRED "lease expired"
+
 /* Moves every PENDING row whose lease ended at or before now to UNKNOWN
- * ("lease expired"). *count (may be NULL) gets how many moved. */
+ * (ONCE_REASON_LEASE_EXPIRED). *count (may be NULL) gets how many moved. */
 int once_expire_leases(once_store *store, int64_t now, size_t *count);
 
 /* UNKNOWN -> HELD with reason (may be NULL). Anything else is ONCE_ESTATE. */
@@ -482,6 +514,10 @@ int once_release_async(once_store *store, const char *scope, const char *key, co
                        const char *error, once_cb cb, void *ctx);
 int once_mark_unknown_async(once_store *store, const char *scope, const char *key, const char *token,
                             const char *error, once_cb cb, void *ctx);
+/* As once_renew; *lease_expires_at is set before cb runs. Renewals queued
+ * together share one group commit. */
+int once_renew_async(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                     int64_t *lease_expires_at, once_cb cb, void *ctx);
 
 /* ---- helpers ----------------------------------------------------------- */
 

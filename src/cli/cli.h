@@ -38,6 +38,7 @@ typedef struct cli_command {
     const char *usage;   /* "once ls [--status S] ..." */
     const char *summary; /* one line for `once help` */
     const char *help;    /* the rest of `once help CMD`; may be NULL */
+    int no_store;        /* it opens no store: its help does not list --store */
 } cli_command;
 
 extern const cli_command cli_cmd_ls;

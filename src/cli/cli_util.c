@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 
@@ -127,13 +128,25 @@ void cli_print_command_help(const cli_command *cmd, FILE *out)
     fprintf(out, "usage: %s\n\n%s\n", cmd->usage, cmd->summary);
     if (cmd->help != NULL)
         fprintf(out, "\n%s", cmd->help);
-    fputs("\nGlobal option:\n"
-          "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE) or postgres://...\n",
-          out);
+    if (!cmd->no_store)
+        fputs("\nGlobal option:\n"
+              "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE) or postgres://...\n",
+              out);
 }
 
 int cli_open_store(const cli_ctx *ctx, once_store **out)
 {
+    /* The CLI reads and settles what a gateway wrote; it never makes a
+     * store: a typo in a path must not answer with an empty table. */
+    const char *url = ctx->store_url;
+    struct stat st;
+    if (strncmp(url, "sqlite:", 7) == 0 && strcmp(url + 7, ":memory:") != 0 && url[7] != '\0' &&
+        stat(url + 7, &st) != 0 && errno == ENOENT) {
+        char q[CLI_QUOTE_MAX];
+        cli_print_error("no store at %s (once serve creates it; --store or $ONCE_STORE names another)",
+                        cli_quote(url + 7, q, sizeof q));
+        return CLI_EXIT_STORE;
+    }
     int rc = once_store_open(ctx->store_url, out);
     if (rc == ONCE_OK)
         return CLI_EXIT_OK;

@@ -21,9 +21,11 @@ const cli_command cli_cmd_check_config = {
     .usage = "once check-config FILE",
     .summary = "Check a gateway configuration file and exit.",
     .help = "Loads FILE as 'once serve --config FILE' would, with $ONCE_LISTEN and\n"
-            "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams)\". On the first\n"
-            "problem it prints \"once: FILE:LINE: what was wrong\" and exits 1.\n"
-            "Nothing is opened but FILE and the files its *_file keys name.\n",
+            "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams, M webhook sources)\".\n"
+            "On the first problem it prints \"once: FILE:LINE: what was wrong\" and exits 1;\n"
+            "a listen address off loopback without a tokens_file is such a problem.\n"
+            "Nothing is opened but FILE and the files its keys name.\n",
+    .no_store = 1,
 };
 
 /* Loads the file and reports; separate from the option parsing so the

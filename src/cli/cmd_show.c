@@ -92,10 +92,22 @@ static int show_print_action(const once_action *a)
     show_print_time("lease_expires_at", a->lease_expires_at);
     show_print_time("expires_at", a->expires_at);
     rc = show_print_text("fingerprint", a->fingerprint);
+    if (rc == ONCE_OK && a->request)
+        rc = show_print_field("request", (const char *)a->request, a->request_len, SHOW_PREVIEW_MAX);
     if (rc == ONCE_OK)
         rc = show_print_text("provider_id", a->provider_id);
-    if (rc == ONCE_OK)
+    /* A settled action keeps the error that made it unknown (or held):
+     * history, which the line says, not its state. */
+    int settled = a->state == ONCE_STATE_COMPLETED || a->state == ONCE_STATE_RELEASED;
+    if (rc == ONCE_OK && settled && a->error) {
+        char *e = cli_escape_dup(a->error, strlen(a->error), 0);
+        if (!e)
+            return ONCE_ENOMEM;
+        printf("error: %s (before it was %s)\n", e, once_state_name(a->state));
+        free(e);
+    } else if (rc == ONCE_OK) {
         rc = show_print_text("error", a->error);
+    }
     if (rc == ONCE_OK)
         rc = show_print_text("note", a->note);
     if (rc == ONCE_OK && a->lookups)

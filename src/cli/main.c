@@ -18,6 +18,7 @@ static const cli_command main_cmd_help = {
     .usage = "once help [COMMAND]",
     .summary = "Show the list of commands, or how to use one.",
     .help = NULL,
+    .no_store = 1,
 };
 
 static const cli_command main_cmd_version = {
@@ -26,6 +27,7 @@ static const cli_command main_cmd_version = {
     .usage = "once version",
     .summary = "Print the version of once.",
     .help = NULL,
+    .no_store = 1,
 };
 
 static const cli_command *const main_commands[] = {

@@ -173,9 +173,9 @@ json_t *json_new_base64(const uint8_t *p, size_t n)
     return j;
 }
 
-/* The stored headers blob: the server writes JSON, so show it as JSON; any
- * other blob is still worth seeing, as a string. */
-json_t *json_new_headers(const char *headers, size_t len)
+/* A stored blob (headers, a request): the server writes JSON, so show it as
+ * JSON; any other blob is still worth seeing, as a string. */
+json_t *json_new_blob(const char *headers, size_t len)
 {
     if (headers == NULL)
         return json_null();
@@ -210,7 +210,7 @@ static json_t *json_new_response(const once_action *a, int *rc)
     }
     int e = json_put(obj, "status", json_integer(r->status));
     if (e == ONCE_OK)
-        e = json_put(obj, "headers", json_new_headers(r->headers, r->headers_len));
+        e = json_put(obj, "headers", json_new_blob(r->headers, r->headers_len));
     if (e == ONCE_OK) {
         if (r->body == NULL)
             e = json_put(obj, "body", json_null());
@@ -255,6 +255,8 @@ int action_json_from(const once_action *a, json_t **out)
         rc = json_put(obj, "expires_at", json_new_time(a->expires_at));
     if (rc == ONCE_OK)
         rc = json_put(obj, "fingerprint", json_new_text(a->fingerprint));
+    if (rc == ONCE_OK) /* what was attempted: the server stores it as JSON, credentials left out */
+        rc = json_put(obj, "request", json_new_blob((const char *)a->request, a->request_len));
     if (rc == ONCE_OK)
         rc = json_put(obj, "provider_id", json_new_text(a->provider_id));
     if (rc == ONCE_OK)

@@ -51,9 +51,9 @@ json_t *json_new_text(const char *s);
 json_t *json_new_time(int64_t ms);
 /* Base64 (RFC 4648, padded) of p[0..n). */
 json_t *json_new_base64(const uint8_t *p, size_t n);
-/* A stored headers blob: parsed when it is JSON, else a lossy string; null
- * for NULL. */
-json_t *json_new_headers(const char *headers, size_t len);
+/* A stored blob the server writes as JSON (headers, a request): parsed when
+ * it is JSON, else a lossy string; null for NULL. */
+json_t *json_new_blob(const char *headers, size_t len);
 /* Sets obj[name] = value (stolen); ONCE_ENOMEM when value is NULL. */
 int json_put(json_t *obj, const char *name, json_t *value);
 

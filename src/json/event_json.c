@@ -58,7 +58,7 @@ int event_json_from(const once_event *e, int with_receipt, json_t **out)
     if (rc == ONCE_OK)
         rc = json_put(obj, "content_type", json_new_text(e->content_type));
     if (rc == ONCE_OK)
-        rc = json_put(obj, "headers", json_new_headers(e->headers, e->headers_len));
+        rc = json_put(obj, "headers", json_new_blob(e->headers, e->headers_len));
     if (rc == ONCE_OK)
         rc = evj_put_body(obj, e);
     if (rc == ONCE_OK)

@@ -72,6 +72,34 @@ void once_store_close(once_store *store)
     replay_cache_free(replay);
 }
 
+int once_store_set_wal_limit(once_store *store, int64_t bytes)
+{
+    once_detail_clear();
+    if (!store || bytes < ((int64_t)1 << 20))
+        return once_fail(ONCE_EINVAL, "store: a WAL limit is at least 1 MiB");
+    if (!store->vt->set_wal_limit)
+        return ONCE_OK; /* the store keeps no WAL of its own to bound */
+    return store->vt->set_wal_limit(store, bytes);
+}
+
+int once_store_wal_bytes(once_store *store, int64_t *bytes)
+{
+    once_detail_clear();
+    if (!store || !bytes)
+        return once_fail(ONCE_EINVAL, "store: store and bytes are required");
+    if (!store->vt->wal_bytes)
+        return once_fail(ONCE_ENOTSUP, "store: %s keeps no WAL of its own", store->vt->name);
+    return store->vt->wal_bytes(store, bytes);
+}
+
+int once_store_lock(once_store *store)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "store is NULL");
+    return store->vt->lock ? store->vt->lock(store) : ONCE_OK;
+}
+
 int once_store_ping(once_store *store)
 {
     once_detail_clear();
@@ -216,6 +244,34 @@ int once_mark_unknown(once_store *store, const char *scope, const char *key, con
                       const char *error)
 {
     return settle(store, scope, key, token, ONCE_STATE_UNKNOWN, error, NULL, NULL);
+}
+
+static int renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                 int64_t *lease_expires_at, once_cb cb, void *ctx)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "store is NULL");
+    int rc = check_fenced(scope, key, token);
+    if (rc < 0)
+        return rc;
+    if (lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "renew: lease must be between 1 ms and 7 days");
+    return store->vt->renew(store, scope, key, token, lease_ms, lease_expires_at, once_now_ms(), cb, ctx);
+}
+
+int once_renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+               int64_t *lease_expires_at)
+{
+    return renew(store, scope, key, token, lease_ms, lease_expires_at, NULL, NULL);
+}
+
+int once_renew_async(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                     int64_t *lease_expires_at, once_cb cb, void *ctx)
+{
+    if (!cb)
+        return once_fail(ONCE_EINVAL, "renew: callback is NULL");
+    return renew(store, scope, key, token, lease_ms, lease_expires_at, cb, ctx);
 }
 
 int once_release_async(once_store *store, const char *scope, const char *key, const char *token,

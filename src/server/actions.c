@@ -31,6 +31,10 @@ typedef struct act {
     const char *text;
     once_outcome outcome;
     once_state settled; /* the state a complete/release/unknown leads to */
+    int64_t lease_until; /* renew: the new deadline */
+    once_list_req lreq; /* GET /v1/actions; its strings point into the two below */
+    char lscope[ONCE_SCOPE_MAX + 2];
+    char after[ONCE_CURSOR_MAX];
 } act;
 
 static void act_free(void *arg)
@@ -313,9 +317,10 @@ static void actions_reserve(req *r)
 
 static void reply_record(req *r, const once_action *a);
 
-/* On the worker: the record as it is now, so the agent needs no second
- * round trip (the store writer that ran on_settled must not read). */
-static void settled_job(void *arg)
+/* On the worker: the record as it is now (after a settle, so the agent
+ * needs no second round trip; the store writer that ran on_settled must not
+ * read). */
+static void record_job(void *arg)
 {
     act *a = arg;
     once_action rec;
@@ -335,7 +340,7 @@ static void on_settled(void *ctx, int rc, const char *detail)
         act_fail(a->r, rc, detail);
         return;
     }
-    if (worker_run(a->r->srv->worker, settled_job, a) < 0)
+    if (worker_run(a->r->srv->worker, record_job, a) < 0)
         req_json(a->r, 200, json_pack("{s:s, s:s, s:s}", "scope", a->scope, "key", a->key, "state",
                                       once_state_name(a->settled)));
 }
@@ -375,6 +380,38 @@ static void actions_settle(req *r, const char *verb)
         act_fail(r, rc, once_errdetail());
 }
 
+/* ---- POST /v1/actions/renew -------------------------------------------------- */
+
+static void on_renewed(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0)
+        act_fail(a->r, rc, detail);
+    else
+        req_json(a->r, 200, json_pack("{s:s, s:s, s:o}", "scope", a->scope, "key", a->key, "lease_expires_at",
+                                      time_json(a->lease_until)));
+}
+
+/* An agent's call is still running: its lease moves on (DESIGN.md §7). */
+static void actions_renew(req *r)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
+        return;
+    int64_t lease = r->srv->cfg->lease_ms;
+    json_t *l = json_object_get(a->body, "lease_ms");
+    if (l && !json_is_null(l)) {
+        if (!json_is_integer(l)) {
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
+            return;
+        }
+        lease = json_integer_value(l);
+    }
+    int rc = once_renew_async(r->srv->store, a->scope, a->key, a->token, lease, &a->lease_until, on_renewed, a);
+    if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
 /* ---- reads ------------------------------------------------------------------ */
 
 static void reply_record(req *r, const once_action *a)
@@ -387,17 +424,17 @@ static void reply_record(req *r, const once_action *a)
     req_json(r, 200, o);
 }
 
+/* GET /v1/actions/{scope}/{key}: read and rendered on the worker. */
 static void actions_get(req *r, const char *scope, const char *key)
 {
-    req_note_key(r, scope, key);
-    once_action a;
-    int rc = once_get(r->srv->store, scope, key, &a);
-    if (rc < 0) {
-        act_fail(r, rc, once_errdetail());
+    act *a = act_new(r);
+    if (!a)
         return;
-    }
-    reply_record(r, &a);
-    once_action_free(&a);
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    snprintf(a->key, sizeof a->key, "%s", key);
+    req_note_key(r, scope, key);
+    if (worker_run(r->srv->worker, record_job, a) < 0)
+        req_not_started(r, "out of memory");
 }
 
 /* Finds name=value in a raw query string, percent-decoded into out. 1 found,
@@ -422,35 +459,13 @@ static int query_param(req *r, const char *query, const char *name, char *out, s
     return 0;
 }
 
-static void actions_list(req *r, const char *query)
+/* On the worker: one page, bounded in rows and bytes (ONCE_PAGE_BYTES). */
+static void list_job(void *arg)
 {
-    char status[32], scope[ONCE_SCOPE_MAX + 2], limit[16], after[ONCE_CURSOR_MAX];
-    int hs, hsc, hl, ha;
-    if ((hs = query_param(r, query, "status", status, sizeof status)) < 0 ||
-        (hsc = query_param(r, query, "scope", scope, sizeof scope)) < 0 ||
-        (hl = query_param(r, query, "limit", limit, sizeof limit)) < 0 ||
-        (ha = query_param(r, query, "after", after, sizeof after)) < 0)
-        return;
-    once_list_req lr = {0};
-    if (hs && once_state_parse(status, &lr.state) < 0) {
-        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
-        return;
-    }
-    if (hsc)
-        lr.scope = scope;
-    if (hl) {
-        char *end;
-        long v = strtol(limit, &end, 10);
-        if (*end || v < 1 || v > 1000) {
-            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'limit' must be between 1 and 1000");
-            return;
-        }
-        lr.limit = (size_t)v;
-    }
-    if (ha)
-        lr.cursor = after;
+    act *a = arg;
+    req *r = a->r;
     once_action_list l;
-    int rc = once_list(r->srv->store, &lr, &l);
+    int rc = once_list(r->srv->store, &a->lreq, &l);
     if (rc < 0) {
         act_fail(r, rc, once_errdetail());
         return;
@@ -470,6 +485,41 @@ static void actions_list(req *r, const char *query)
         return;
     }
     req_json(r, 200, body);
+}
+
+static void actions_list(req *r, const char *query)
+{
+    act *a = act_new(r);
+    if (!a)
+        return;
+    char status[32], limit[16];
+    int hs, hsc, hl, ha;
+    if ((hs = query_param(r, query, "status", status, sizeof status)) < 0 ||
+        (hsc = query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
+        (hl = query_param(r, query, "limit", limit, sizeof limit)) < 0 ||
+        (ha = query_param(r, query, "after", a->after, sizeof a->after)) < 0)
+        return;
+    once_list_req lr = {0};
+    if (hs && once_state_parse(status, &lr.state) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
+        return;
+    }
+    if (hsc)
+        lr.scope = a->lscope;
+    if (hl) {
+        char *end;
+        long v = strtol(limit, &end, 10);
+        if (*end || v < 1 || v > 1000) {
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'limit' must be between 1 and 1000");
+            return;
+        }
+        lr.limit = (size_t)v;
+    }
+    if (ha)
+        lr.cursor = a->after;
+    a->lreq = lr;
+    if (worker_run(r->srv->worker, list_job, a) < 0)
+        req_not_started(r, "out of memory");
 }
 
 /* ---- resolve (on the worker: it commits synchronously) ---------------------- */
@@ -591,6 +641,8 @@ const route actions_routes[] = {
      .methods = {{"POST", actions_release}}},
     {.pattern = "/v1/actions/unknown", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
      .methods = {{"POST", actions_unknown}}},
+    {.pattern = "/v1/actions/renew", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_renew}}},
     {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
      .methods = {{"GET", actions_get_route}}},
     {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,

@@ -58,7 +58,7 @@
 #define CONFIG_DEFAULT_LISTEN "127.0.0.1:7600"
 #define CONFIG_DEFAULT_STORE "sqlite:once.db"
 #define CONFIG_DEFAULT_MAX_BODY ((size_t)1 << 20)
-#define CONFIG_DEFAULT_LEASE_MS 30000
+#define CONFIG_DEFAULT_LEASE_MS 10000
 #define CONFIG_DEFAULT_RETENTION_MS (24 * 3600 * 1000LL)
 #define CONFIG_DEFAULT_GRACE_MS 30000
 #define CONFIG_DEFAULT_THREADS 4
@@ -68,14 +68,15 @@
 #define CONFIG_DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
 #define CONFIG_DEFAULT_PER_CLIENT 256u
 #define CONFIG_DEFAULT_REQUEST_TIMEOUT_MS 30000
+#define CONFIG_DEFAULT_WAL_MAX ((size_t)64 << 20)
 /* Reconciliation (lookup = ...) defaults and limits. */
 #define CONFIG_LOOKUP_BACKOFF_MS 10000
 #define CONFIG_LOOKUP_ATTEMPTS 5
 #define CONFIG_LOOKUP_ATTEMPTS_MAX 100
 #define CONFIG_LOOKUP_ABSENT_STATUS 404
-/* An upstream's default lease outlives its timeout by this much, so a
- * reservation cannot expire while its request may still be in flight. */
-#define CONFIG_LEASE_MARGIN_MS 5000
+/* An upstream call longer than a day is not a call; the reconciler's claims
+ * (timeout + 5s) must stay within a lease's 7 days. */
+#define CONFIG_TIMEOUT_MAX_MS (24 * 3600 * 1000LL)
 /* [source.NAME] defaults. */
 #define CONFIG_SRC_TOLERANCE_MS (5 * 60 * 1000LL)
 #define CONFIG_SRC_MAX_ATTEMPTS 12
@@ -1010,6 +1011,7 @@ static int config_set_server_metrics_token(config_ctx *c, const char *v)
         return config_fail(c, "%s: must be printable ASCII without spaces", c->key);
     if (config_set_str(&c->cfg->metrics_token, v) != 0)
         return config_fail_oom(c);
+    c->cfg->inline_secrets = 1;
     return 0;
 }
 
@@ -1041,6 +1043,13 @@ static int config_want_pem(config_ctx *c, const char *v, char **dst, int secret)
     free(*dst);
     *dst = full;
     return 0;
+}
+
+static int config_set_server_wal_max(config_ctx *c, const char *v)
+{
+    if (config_want_size(c, v, &c->cfg->wal_max) != 0)
+        return -1;
+    return c->cfg->wal_max < ((size_t)1 << 20) ? config_fail(c, "wal_max: at least 1MiB") : 0;
 }
 
 static int config_set_server_tls_cert(config_ctx *c, const char *v)
@@ -1152,6 +1161,7 @@ static int config_set_up_url(config_ctx *c, const char *v)
 
 static int config_set_up_header(config_ctx *c, const char *v)
 {
+    c->cfg->inline_secrets = 1; /* injected headers are credentials */
     return config_add_header_where(c, "", v, strlen(v));
 }
 
@@ -1162,7 +1172,9 @@ static int config_set_up_header_file(config_ctx *c, const char *v)
 
 static int config_set_up_timeout(config_ctx *c, const char *v)
 {
-    return config_want_duration(c, v, 1, &config_cur(c)->timeout_ms);
+    if (config_want_duration(c, v, 1, &config_cur(c)->timeout_ms) != 0)
+        return -1;
+    return config_cur(c)->timeout_ms > CONFIG_TIMEOUT_MAX_MS ? config_fail(c, "timeout: at most 1d") : 0;
 }
 
 static int config_set_up_lease(config_ctx *c, const char *v)
@@ -1765,6 +1777,7 @@ static int config_set_src_secret(config_ctx *c, const char *v)
 {
     if (config_src_one_secret_key(c, "secret_file") != 0)
         return -1;
+    c->cfg->inline_secrets = 1;
     return config_add_secrets_where(c, "", v, strlen(v));
 }
 
@@ -1916,6 +1929,7 @@ static const config_key config_keys[] = {
     {CONFIG_SEC_SERVER, "metrics_token", config_set_server_metrics_token, 0},
     {CONFIG_SEC_SERVER, "tls_cert", config_set_server_tls_cert, 0},
     {CONFIG_SEC_SERVER, "tls_key", config_set_server_tls_key, 0},
+    {CONFIG_SEC_SERVER, "wal_max", config_set_server_wal_max, 0},
     {CONFIG_SEC_UPSTREAM, "url", config_set_up_url, 0},
     {CONFIG_SEC_UPSTREAM, "header", config_set_up_header, 1},
     {CONFIG_SEC_UPSTREAM, "header_file", config_set_up_header_file, 0},
@@ -2577,24 +2591,13 @@ static int config_finish(config_ctx *c)
             return config_fail_at(c, u->line, "[upstream.%s] has no url", u->name);
         if (u->retention_ms < 0)
             u->retention_ms = cfg->retention_ms;
-        if (u->lease_ms < 0) {
-            int64_t floor = u->timeout_ms > INT64_MAX - CONFIG_LEASE_MARGIN_MS
-                                ? INT64_MAX
-                                : u->timeout_ms + CONFIG_LEASE_MARGIN_MS;
-            u->lease_ms = cfg->lease_ms > floor ? cfg->lease_ms : floor;
-            if (u->lease_ms > ONCE_LEASE_MAX_MS)
-                return config_fail_at(c, config_up_line(c, i, "timeout") ? config_up_line(c, i, "timeout") : u->line,
-                                      "[upstream.%s]: timeout + 5s, its lease, is over the 7d a lease may last",
-                                      u->name);
-        }
+        /* A lease is how long a reservation lives without news from its
+         * owner, who renews it every lease/3 while the call runs: it does
+         * not grow with the timeout (DESIGN.md §7). */
+        if (u->lease_ms < 0)
+            u->lease_ms = cfg->lease_ms;
         if (config_finish_upstream_keys(c, i) != 0)
             return -1;
-        /* With a lookup, a lease that ends while the call still runs lets
-         * the lookup find nothing yet and free the key: a second send. */
-        if (u->lookup_method && u->lease_ms < u->timeout_ms + CONFIG_LEASE_MARGIN_MS)
-            return config_fail_at(c, config_up_line(c, i, "lease") ? config_up_line(c, i, "lease") : u->line,
-                                  "[upstream.%s]: with a lookup, lease must be at least timeout + 5s (%lld ms)",
-                                  u->name, (long long)(u->timeout_ms + CONFIG_LEASE_MARGIN_MS));
         /* The ledger stores at most ONCE_BODY_MAX of an answer. */
         if (u->max_response > ONCE_BODY_MAX)
             return config_fail_at(c, config_up_line(c, i, "max_response"),
@@ -2684,6 +2687,7 @@ static int config_load_stream(FILE *fp, const char *path, once_config *cfg, char
     cfg->loop_interval_ms = CONFIG_DEFAULT_LOOP_MS;
     cfg->max_conn_per_client = CONFIG_DEFAULT_PER_CLIENT;
     cfg->request_timeout_ms = CONFIG_DEFAULT_REQUEST_TIMEOUT_MS;
+    cfg->wal_max = CONFIG_DEFAULT_WAL_MAX;
 
     if (!c.failed) {
         int rc = ini_parse_stream(config_read_line, &c, config_on_pair, &c);

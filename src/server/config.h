@@ -19,7 +19,7 @@ typedef struct upstream_cfg {
     char **headers;        /* injected "Name: value" lines, in file order */
     size_t nheaders;
     int64_t timeout_ms;    /* timeout = 60s */
-    int64_t lease_ms;      /* lease = max(server lease, timeout + 5s) unless set */
+    int64_t lease_ms;      /* lease = the server's: renewed every lease/3 while a call runs */
     int64_t retention_ms;  /* retention = the server's */
     int key_required;      /* key_required = yes: unsafe methods need a key */
     int key_safe_methods;  /* key_safe_methods = no: GET/HEAD/OPTIONS with a key are still recorded;
@@ -96,12 +96,13 @@ typedef struct once_config {
     char *listen;          /* [server] listen = 127.0.0.1:7600 */
     char *store;           /* store = sqlite:once.db */
     size_t max_body;       /* max_body = 1MiB */
-    int64_t lease_ms;      /* lease = 30s */
+    int64_t lease_ms;      /* lease = 10s: a reservation lives this long without news from its owner */
     int64_t retention_ms;  /* retention = 24h */
     auth_token *tokens;    /* from tokens_file: "TOKEN [ROLE [NAME]]" per line, # comments skipped */
     size_t ntokens;
     char **secret_files;   /* every *_file and TLS key read, resolved: warned about when readable */
     size_t nsecret_files;
+    int inline_secrets;    /* the file itself holds secrets (metrics_token, secret, header): warned likewise */
     int insecure_no_auth;  /* insecure_no_auth = no: without tokens, only loopback listen addresses */
     unsigned max_conn_per_client;   /* max_connections_per_client = 256 (non-loopback; 0: no cap) */
     unsigned max_conn_per_loopback; /* max_connections_per_loopback_client = 0 (no cap) */
@@ -111,6 +112,7 @@ typedef struct once_config {
     char *metrics_token;   /* metrics_token: /metrics then needs it (or an operator token) */
     char *tls_cert;        /* tls_cert / tls_key: the main listener serves HTTPS */
     char *tls_key;
+    size_t wal_max;        /* wal_max = 64MiB: a SQLite WAL past this is truncated by a checkpoint */
     int64_t grace_ms;      /* shutdown_grace = 30s */
     int threads;           /* threads = 4: HTTP worker threads */
     unsigned max_connections; /* max_connections = 4096 */

@@ -19,6 +19,7 @@
 #include "server/hooks.h"
 #include "server/log.h"
 #include "server/pct.h"
+#include "server/redact.h"
 
 #define INBOX_MAX 100
 #define INBOX_LEASE_DEFAULT_MS 30000
@@ -115,18 +116,27 @@ static const char *header_of(void *ctx, const char *name)
     return req_header(ctx, name);
 }
 
+typedef struct collected {
+    json_t *arr;
+    const once_config *cfg;
+} collected;
+
+/* The headers stored with an event, for the agent: hop-by-hop ones and
+ * secrets (redact.h) left out. */
 static enum MHD_Result header_collect(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
 {
     (void)kind;
-    json_t *arr = cls;
+    collected *c = cls;
     static const char *const skip[] = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                                       "authorization", "cookie", "host", "content-length", "expect"};
+                                       "host", "content-length", "expect"};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (strcasecmp(name, skip[i]) == 0)
             return MHD_YES;
+    if (redact_header(c->cfg, name, strlen(name)))
+        return MHD_YES;
     json_t *pair = json_pack("[s?s?]", name, value);
     if (pair)
-        json_array_append_new(arr, pair);
+        json_array_append_new(c->arr, pair);
     return MHD_YES;
 }
 
@@ -242,8 +252,9 @@ static void hooks_ingest(req *r)
     }
     req_note_key(r, source, g->event_id);
     json_t *hdrs = json_array();
+    collected col = {.arr = hdrs, .cfg = srv->cfg};
     if (hdrs)
-        MHD_get_connection_values(r->conn, MHD_HEADER_KIND, header_collect, hdrs);
+        MHD_get_connection_values(r->conn, MHD_HEADER_KIND, header_collect, &col);
     g->headers = hdrs ? json_dumps(hdrs, JSON_COMPACT) : NULL;
     json_decref(hdrs);
     if (!g->headers) {

@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <time.h>
 #include <errno.h>
+#include <unistd.h>
 
 #include "ledger/internal.h"
 #include "server/guard.h"
@@ -438,6 +439,30 @@ static char *http_read_pem(const char *path, char *err, size_t errlen)
     return data;
 }
 
+/* The listening socket, bound here rather than by libmicrohttpd so that a
+ * busy port is an error that says so (no SO_REUSEPORT: two gateways on one
+ * port would split its traffic between them). -1 with err. */
+static int http_bind(const struct sockaddr *sa, socklen_t len, const char *addr, char *err, size_t errlen)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int on = 1;
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
+        return -1;
+    }
+    /* REUSEADDR: a restart may bind while old connections sit in TIME_WAIT. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        (sa->sa_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) ||
+        bind(fd, sa, len) != 0 || listen(fd, 1024) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot listen on %s (%s)", addr,
+                 e == EADDRINUSE ? "in use" : e == EACCES ? "not permitted" : strerror(e));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, unsigned max_conn, char *err,
                                size_t errlen)
 {
@@ -453,13 +478,16 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
     struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+    socklen_t sslen;
     if (inet_pton(AF_INET, h, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
         in4->sin_port = htons((uint16_t)port);
+        sslen = sizeof *in4;
     } else if (inet_pton(AF_INET6, h, &in6->sin6_addr) == 1) {
         in6->sin6_family = AF_INET6;
         in6->sin6_port = htons((uint16_t)port);
         flags |= MHD_USE_IPv6;
+        sslen = sizeof *in6;
     } else {
         snprintf(err, errlen, "listen address '%s' is not an IP literal", addr);
         return NULL;
@@ -472,6 +500,12 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
         }
         flags |= MHD_USE_TLS;
     }
+    int fd = http_bind((struct sockaddr *)&ss, sslen, addr, err, errlen);
+    if (fd < 0) {
+        free(cert);
+        free(key);
+        return NULL;
+    }
     l->tls = cert != NULL;
     guard *g = l->srv->guard;
     struct MHD_OptionItem tls_opts[] = {
@@ -480,7 +514,7 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
         {MHD_OPTION_END, 0, NULL},
     };
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, guard_accept, g, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        flags, (uint16_t)port, guard_accept, g, on_request, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECONDS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)32 * 1024, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
@@ -490,8 +524,11 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
     /* MHD copied neither: they must outlive the daemon, which owns l. */
     l->tls_mem_cert = cert;
     l->tls_mem_key = key;
-    if (!d)
-        snprintf(err, errlen, "cannot listen on %s (in use, not permitted, or a bad TLS certificate or key)", addr);
+    if (!d) {
+        /* fd is not closed here: libmicrohttpd may have closed it already,
+         * and the process exits on this error anyway. */
+        snprintf(err, errlen, "cannot serve on %s (a bad TLS certificate or key, or out of resources)", addr);
+    }
     return d;
 }
 

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 
+#include "server/leases.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -37,12 +38,25 @@ static void ops_metrics(req *r)
         req_problem(r, 500, "internal", "Internal error", NULL, "cannot render metrics");
         return;
     }
-    char extra[128];
+    char extra[512];
     snprintf(extra, sizeof extra,
              "# HELP once_upstream_in_flight Upstream calls running now.\n"
-             "# TYPE once_upstream_in_flight gauge\nonce_upstream_in_flight %zu\n",
-             outbound_in_flight(r->srv->ob));
+             "# TYPE once_upstream_in_flight gauge\nonce_upstream_in_flight %zu\n"
+             "# HELP once_leases_held Leases of calls in flight that this node renews.\n"
+             "# TYPE once_leases_held gauge\nonce_leases_held %zu\n"
+             "# HELP once_lease_renewal_failures_total Lease renewals that failed (retried, or taken over).\n"
+             "# TYPE once_lease_renewal_failures_total counter\nonce_lease_renewal_failures_total %llu\n",
+             outbound_in_flight(r->srv->ob), leases_held(r->srv->leases),
+             (unsigned long long)leases_failures(r->srv->leases));
     buf_append_str(&b, extra, (size_t)1 << 30);
+    int64_t wal;
+    if (once_store_wal_bytes(r->srv->store, &wal) == ONCE_OK) {
+        snprintf(extra, sizeof extra,
+                 "# HELP once_store_wal_bytes Size of the SQLite store's write-ahead log.\n"
+                 "# TYPE once_store_wal_bytes gauge\nonce_store_wal_bytes %lld\n",
+                 (long long)wal);
+        buf_append_str(&b, extra, (size_t)1 << 30);
+    }
     struct MHD_Response *resp = resp_bytes(b.data, b.len, "text/plain; version=0.0.4");
     buf_free(&b);
     req_reply(r, 200, resp);

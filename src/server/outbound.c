@@ -42,6 +42,7 @@ typedef struct transfer {
     int too_large;
     int sends;      /* times curl was about to send the request on a connection */
     double t0;
+    char errbuf[CURL_ERROR_SIZE]; /* curl's detail of a failure */
 } transfer;
 
 static double mono_seconds(void)
@@ -177,6 +178,7 @@ static int transfer_setup(transfer *t)
     bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, t) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, t) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PREREQDATA, t) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
@@ -185,8 +187,12 @@ static int transfer_setup(transfer *t)
      * taken away. */
     bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
-    if (c->ca_file)
+    if (c->ca_file) {
+        /* The upstream's CA, and only it: the system's CA directory is
+         * left out too. */
         bad |= curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) != CURLE_OK;
+        bad |= curl_easy_setopt(e, CURLOPT_CAPATH, NULL) != CURLE_OK;
+    }
     if (c->tls_cert) {
         bad |= curl_easy_setopt(e, CURLOPT_SSLCERT, c->tls_cert) != CURLE_OK;
         bad |= curl_easy_setopt(e, CURLOPT_SSLKEY, c->tls_key) != CURLE_OK;
@@ -249,7 +255,9 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
         const char *why = aborted ? "the gateway stopped during the call"
                           : t->sends > 1 ? "the upstream closed the connection without answering"
                                          : curl_easy_strerror(rc);
-        snprintf(c->error, sizeof c->error, "%s", why);
+        /* curl's own detail names the cause (a certificate problem, say). */
+        int detail = !aborted && t->sends <= 1 && t->errbuf[0];
+        snprintf(c->error, sizeof c->error, "%.80s%s%.160s", why, detail ? ": " : "", detail ? t->errbuf : "");
         buf_free(&c->resp_body);
     }
     if (t->easy)

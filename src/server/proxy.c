@@ -16,10 +16,13 @@
 
 #include <openssl/evp.h>
 
+#include "common/clock.h"
 #include "ledger/fault.h"
 #include "ledger/key_template.h"
+#include "server/leases.h"
 #include "server/log.h"
 #include "server/pct.h"
+#include "server/redact.h"
 #include "server/server.h"
 #include "server/target.h"
 
@@ -45,6 +48,7 @@ typedef struct proxy {
     char *meta;          /* the stored request, built only when a row is written */
     once_reserve_req rreq;
     once_reservation res;
+    lease_hold *hold;    /* this attempt's lease, renewed while the call runs */
     out_call call;
     once_response rec;
     px_kind kind;
@@ -55,11 +59,19 @@ typedef struct proxy {
     int nfield;
 } proxy;
 
+/* The call is over (or never started): its lease needs no more renewing. */
+static void proxy_lease_done(proxy *px)
+{
+    leases_drop(px->r->srv->leases, px->hold);
+    px->hold = NULL;
+}
+
 static void proxy_free(void *arg)
 {
     proxy *px = arg;
     if (!px)
         return;
+    proxy_lease_done(px);
     for (size_t i = 0; i < px->nheaders; i++)
         free(px->headers[i]);
     free(px->headers);
@@ -159,24 +171,9 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-/* Whether a header is kept out of the stored request (DESIGN.md §6): the
- * client's credentials, and whatever the operator added to redact_headers.
- * Injected headers are never stored at all (they come after the client's
- * in px->headers). */
-static int header_secret(const proxy *px, const char *name, size_t n)
-{
-    static const char *const secret[] = {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"};
-    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++)
-        if (strlen(secret[i]) == n && strncasecmp(secret[i], name, n) == 0)
-            return 1;
-    const once_config *cfg = px->r->srv->cfg;
-    for (size_t i = 0; i < cfg->nredact_headers; i++)
-        if (strlen(cfg->redact_headers[i]) == n && strncasecmp(cfg->redact_headers[i], name, n) == 0)
-            return 1;
-    return 0;
-}
-
-/* The client's headers as stored: [name, value] pairs, without secrets. */
+/* The client's headers as stored: [name, value] pairs, without secrets
+ * (redact.h). Injected headers are never stored at all (they come after the
+ * client's in px->headers). */
 static json_t *meta_headers(const proxy *px)
 {
     json_t *arr = json_array();
@@ -186,7 +183,7 @@ static json_t *meta_headers(const proxy *px)
         if (!colon)
             continue;
         int nlen = (int)(colon - line);
-        if (header_secret(px, line, (size_t)nlen))
+        if (redact_header(px->r->srv->cfg, line, (size_t)nlen))
             continue;
         json_t *pair = json_pack("[s#s]", line, nlen, colon + 2);
         if (!pair)
@@ -334,7 +331,7 @@ static void reply_replay(proxy *px)
     req_reply(r, status ? status : 200, resp);
 }
 
-static int wait_poll(void *arg);
+static void wait_settled(void *arg);
 static void wait_timeout(void *arg);
 
 /* Answers from an existing row (anything but RESERVED). */
@@ -343,8 +340,8 @@ static void answer_existing(proxy *px)
     switch (px->res.status) {
     case ONCE_COMPLETED: reply_replay(px); break;
     case ONCE_IN_FLIGHT:
-        if (px->wait_deadline > once_now_ms() &&
-            waiters_add(px->r->srv->waiters, px, px->wait_deadline, wait_poll, wait_timeout) == 0)
+        if (px->wait_deadline > clock_mono_ms() && waiters_add(px->r->srv->waiters, px->up->name, px->key, px,
+                                                               px->wait_deadline, wait_settled, wait_timeout) == 0)
             return;
         reply_in_flight(px);
         break;
@@ -448,6 +445,7 @@ static void on_upstream_done(out_call *c)
     proxy *px = c->ctx;
     req *r = px->r;
     FAULT_POINT("after_upstream");
+    proxy_lease_done(px);
     r->upstream_ms = c->seconds * 1e3;
     metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
     /* why must outlive the asynchronous record: it lives in the call. */
@@ -514,6 +512,7 @@ static void on_reserved(void *ctx, int rc, const char *detail)
     if (px->res.status == ONCE_RESERVED) {
         FAULT_POINT("after_reserve");
         metrics_action(px->r->srv->metrics, px->up->name, MO_NEW);
+        px->hold = leases_hold(px->r->srv->leases, px->up->name, px->key, px->res.token, px->up->lease_ms);
         forward(px, on_upstream_done);
     } else {
         answer_existing(px);
@@ -536,20 +535,12 @@ static void reserve_start(proxy *px)
     }
 }
 
-/* Prefer: wait — on the waiter thread: has the other attempt settled? */
-static int wait_poll(void *arg)
+/* Prefer: wait — on the waiter thread: the other attempt has settled. */
+static void wait_settled(void *arg)
 {
     proxy *px = arg;
-    once_action a;
-    int rc = once_get(px->r->srv->store, px->up->name, px->key, &a);
-    int settled = rc != ONCE_OK || a.state != ONCE_STATE_PENDING || a.lease_expires_at <= once_now_ms();
-    if (rc == ONCE_OK)
-        once_action_free(&a);
-    if (settled) {
-        px->wait_deadline = 0; /* one more try, then answer whatever it is */
-        reserve_start(px);
-    }
-    return settled;
+    px->wait_deadline = 0; /* one more try, then answer whatever it is */
+    reserve_start(px);
 }
 
 static void wait_timeout(void *arg)
@@ -764,7 +755,7 @@ static void proxy_handle(req *r)
         .request_arg = px,
     };
     int64_t wait = prefer_wait(req_header(r, "Prefer"));
-    px->wait_deadline = wait ? once_now_ms() + wait : 0;
+    px->wait_deadline = wait ? clock_mono_ms() + wait : 0;
     reserve_start(px);
 }
 
@@ -796,8 +787,16 @@ static int proxy_admit(req *r, problem *p)
     memcpy(name, rest, nlen);
     name[nlen] = '\0';
     r->up = config_upstream(r->srv->cfg, name);
-    if (!r->up)
-        return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream named '%s'", name);
+    if (!r->up) {
+        /* The caller is authenticated by now: naming what exists helps. */
+        const once_config *cfg = r->srv->cfg;
+        char known[160] = "";
+        size_t at = 0;
+        for (size_t i = 0; i < cfg->nupstreams && at < sizeof known; i++)
+            at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", cfg->upstreams[i].name);
+        return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream named '%s' (%s%s)", name,
+                           cfg->nupstreams ? "upstreams: " : "none is configured", known);
+    }
     return admit_target(r, rest + nlen, p);
 }
 

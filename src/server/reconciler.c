@@ -312,8 +312,18 @@ static void claim_due(reconciler *r)
             log_event("error", "scope %s: cannot claim unknown actions: %s", up->name, once_errdetail());
             continue;
         }
-        for (size_t k = 0; k < l.count; k++)
-            lookup_start(r, up, &l.items[k]);
+        for (size_t k = 0; k < l.count; k++) {
+            once_action *a = &l.items[k];
+            /* A lease that ran out may belong to a node cut off from the
+             * store whose call still runs: asked before that call's timeout
+             * has surely passed, the provider could say "absent" and the key
+             * would be freed for a second send. The claim holds it until the
+             * next round. */
+            if (a->error && strcmp(a->error, ONCE_REASON_LEASE_EXPIRED) == 0 &&
+                once_now_ms() - a->updated_at < up->timeout_ms + up->lookup_backoff_ms)
+                continue;
+            lookup_start(r, up, a);
+        }
         once_action_list_free(&l);
     }
 }

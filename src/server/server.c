@@ -23,6 +23,7 @@
 #include "server/guard.h"
 #include "server/hooks.h"
 #include "server/http.h"
+#include "server/leases.h"
 #include "server/log.h"
 #include "server/reconciler.h"
 #include "server/server.h"
@@ -118,17 +119,30 @@ static void raise_nofile(void)
     }
 }
 
-/* A file that holds a secret (tokens, injected headers, signing or TLS
- * keys) and that group or others may read is said at every start. */
-static void warn_readable_secrets(const once_config *cfg)
+/* Warns when a file that holds secrets may be read by group or others. */
+static void warn_if_readable(const char *path, const char *what)
 {
-    for (size_t i = 0; i < cfg->nsecret_files; i++) {
-        struct stat st;
-        if (stat(cfg->secret_files[i], &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
-            log_event("warn", "%s holds secrets but is readable by %s (mode %03o): chmod 600 it",
-                      cfg->secret_files[i], (st.st_mode & S_IRWXO) ? "others" : "its group",
-                      (unsigned)(st.st_mode & 0777));
-    }
+    struct stat st;
+    if (stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
+        log_event("warn", "%s %s but is readable by %s (mode %03o): chmod 600 it", path, what,
+                  (st.st_mode & S_IRWXO) ? "others" : "its group", (unsigned)(st.st_mode & 0777));
+}
+
+/* Said at every start, so nobody forgets: files with secrets that others
+ * may read (tokens, injected headers, signing and TLS keys; the config
+ * itself when it holds some; a SQLite store, which holds request and
+ * response bodies), and bearer tokens that would travel in clear. */
+static void warn_exposed_secrets(const once_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nsecret_files; i++)
+        warn_if_readable(cfg->secret_files[i], "holds secrets");
+    if (cfg->inline_secrets && cfg->path)
+        warn_if_readable(cfg->path, "holds secrets (metrics_token, secret or header)");
+    if (strncmp(cfg->store, "sqlite:", 7) == 0 && strcmp(cfg->store + 7, ":memory:") != 0)
+        warn_if_readable(cfg->store + 7, "is the store (request and response bodies)");
+    if (cfg->ntokens > 0 && !cfg->tls_cert && !config_listen_is_loopback(cfg->listen))
+        log_event("warn", "listening on %s over plain HTTP: bearer tokens cross the network in clear "
+                  "(set tls_cert and tls_key)", cfg->listen);
 }
 
 int server_run(once_config *cfg)
@@ -163,15 +177,21 @@ int server_run(once_config *cfg)
     }
     char store_shown[512];
     once_store_url_redact(cfg->store, store_shown, sizeof store_shown);
-    warn_readable_secrets(cfg);
+    warn_exposed_secrets(cfg);
     int rc = once_store_open(cfg->store, &srv.store);
     if (rc < 0) {
         log_event("error", "cannot open store '%s': %s: %s", store_shown, once_strerror(rc), once_errdetail());
         status = 2;
         goto out;
     }
+    if ((rc = once_store_lock(srv.store)) < 0) {
+        log_event("error", "cannot serve store '%s': %s", store_shown, once_errdetail());
+        status = 2;
+        goto out;
+    }
+    once_store_set_wal_limit(srv.store, (int64_t)cfg->wal_max);
     if (metrics_init(&srv.metrics) < 0 || outbound_start(&srv.ob) < 0 || waiters_start(&srv, &srv.waiters) < 0 ||
-        worker_start(&srv.worker) < 0 ||
+        worker_start(&srv.worker) < 0 || leases_start(srv.store, &srv.leases) < 0 ||
         guard_start(cfg->max_conn_per_client, cfg->max_conn_per_loopback, cfg->request_timeout_ms, http_idle_ms(),
                     &srv.guard) < 0) {
         log_event("error", "cannot start the gateway's threads");
@@ -218,6 +238,7 @@ int server_run(once_config *cfg)
         srv.daemons[i] = http_listen(&listeners[i], addr, cfg->threads, cfg->max_connections, err, sizeof err);
         if (!srv.daemons[i]) {
             log_event("error", "%s", err);
+            status = 2;
             goto out;
         }
         srv.ndaemons++;
@@ -257,6 +278,8 @@ out:
     delivery_stop(&srv);   /* settles the deliveries the stop aborted */
     reconciler_stop(srv.reconciler);
     worker_stop(srv.worker);
+    leases_free(srv.leases); /* every call has ended: nothing is held any more */
+    srv.leases = NULL;
     size_t left = srv.ndaemons ? drain(&srv, 30000) : 0;
     if (left)
         log_event("error", "%zu requests still parked at exit", left);

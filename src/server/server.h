@@ -31,6 +31,7 @@ typedef struct delivery delivery;
 typedef struct reconciler reconciler;
 typedef struct source_rt source_rt;
 typedef struct guard guard;
+typedef struct leases leases;
 
 typedef struct server {
     once_config *cfg;
@@ -43,6 +44,7 @@ typedef struct server {
     delivery *delivery;
     reconciler *reconciler;
     guard *guard;
+    leases *leases;        /* the leases of this node's calls in flight, renewed */
     struct MHD_Daemon **daemons;
     size_t ndaemons;
     pthread_mutex_t mu;
@@ -155,15 +157,18 @@ int waiters_start(server *srv, waiters **out);
 void waiters_stop(waiters *w);
 /* Frees stopped waiters once no HTTP thread can reach them. */
 void waiters_free(waiters *w);
-/* Re-checks fn(state) every few tens of ms until it returns nonzero or
- * deadline (ms since epoch) passes; then on_timeout(state). Both run on the
- * waiter thread. 0 or -1 (out of memory). */
-typedef int (*waiter_poll)(void *state);
-typedef void (*waiter_timeout)(void *state);
-int waiters_add(waiters *w, void *state, int64_t deadline, waiter_poll poll, waiter_timeout on_timeout);
+/* Parks state until the action (scope, key) is no longer pending under a
+ * live lease — then on_settled(state) — or until deadline (monotonic ms,
+ * clock.h) passes — then on_timeout(state). Both run on the waiter thread;
+ * waiters of one action share one store read per round. 0, or -1 (out of
+ * memory, or stopping). */
+typedef void (*waiter_fn)(void *state);
+int waiters_add(waiters *w, const char *scope, const char *key, void *state, int64_t deadline,
+                waiter_fn on_settled, waiter_fn on_timeout);
 
-/* A worker thread for the few blocking calls an HTTP thread must not make
- * (a human's resolve commits synchronously). */
+/* Worker threads for the calls an HTTP thread must not make: synchronous
+ * commits (a human's resolve, inbox claims) and reads that build large
+ * answers (lists, records). */
 int worker_start(worker **out);
 void worker_stop(worker *w); /* runs what is queued, then refuses new jobs */
 void worker_free(worker *w); /* after the HTTP daemons stopped */

@@ -1,11 +1,14 @@
 /*
- * worker.c — one thread for the rare blocking calls an HTTP thread must not
- * make (a human's resolve commits synchronously). Jobs run in order; stop
- * runs what is queued, then joins.
+ * worker.c — a few threads for the calls an HTTP thread must not make: a
+ * human's resolve and inbox claims commit synchronously; lists and records
+ * read (on PostgreSQL, over the network) and build answers of megabytes.
+ * Jobs start in order; stop runs what is queued, then joins.
  */
 #include <stdlib.h>
 
 #include "server/server.h"
+
+#define WORKER_THREADS 2
 
 typedef struct job {
     struct job *next;
@@ -18,7 +21,8 @@ struct worker {
     pthread_cond_t cv;
     job *head, *tail;
     int stop;
-    pthread_t thread;
+    size_t nthreads;
+    pthread_t threads[WORKER_THREADS];
 };
 
 static void *worker_main(void *arg)
@@ -43,6 +47,17 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+static void worker_join(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->nthreads; i++)
+        pthread_join(w->threads[i], NULL);
+    w->nthreads = 0;
+}
+
 int worker_start(worker **out)
 {
     worker *w = calloc(1, sizeof *w);
@@ -50,11 +65,12 @@ int worker_start(worker **out)
         return -1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-        free(w);
-        return -1;
+    for (; w->nthreads < WORKER_THREADS; w->nthreads++) {
+        if (pthread_create(&w->threads[w->nthreads], NULL, worker_main, w) != 0) {
+            worker_join(w);
+            worker_free(w);
+            return -1;
+        }
     }
     *out = w;
     return 0;
@@ -62,13 +78,8 @@ int worker_start(worker **out)
 
 void worker_stop(worker *w)
 {
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    if (w)
+        worker_join(w);
 }
 
 void worker_free(worker *w)

@@ -13,6 +13,7 @@ typedef enum store_op_kind {
     OP_RESERVE,
     OP_COMPLETE,
     OP_SETTLE,
+    OP_RENEW,
     OP_RESOLVE,
     OP_EXPIRE,
     OP_HOLD,
@@ -65,6 +66,7 @@ typedef struct store_op {
     size_t max;
     int64_t lease_ms;
     int64_t delay_ms;
+    int64_t *lease_out; /* OP_RENEW: the new lease deadline (may be NULL) */
     int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
     int dead; /* OP_EV_SETTLE retry: give up */
     int rc;

@@ -245,8 +245,21 @@ static const char *const migrations[] = {
 
     /* 3: a second dedupe key for events whose id the signature does not
      * cover (GitHub's delivery id): the body's digest, unique per source. */
-    "ALTER TABLE events ADD COLUMN digest TEXT;"
-    "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;",
+    ("ALTER TABLE events ADD COLUMN digest TEXT;"
+     "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;"),
+
+    /* 4: lease renewal by the attempt that holds the key. */
+    ("CREATE FUNCTION once_renew(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint)"
+     " RETURNS text LANGUAGE plpgsql AS $$"
+     " DECLARE r actions%ROWTYPE;"
+     " BEGIN"
+     "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+     "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+     "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+     "  IF r.state <> 'pending' THEN RETURN 'state:' || r.state; END IF;"
+     "  UPDATE actions SET lease_expires_at = p_now + p_lease WHERE id = r.id;"
+     "  RETURN 'ok';"
+     " END $$;"),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -47,6 +47,9 @@
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "   \
     "delivered_at, expires_at, retention_ms, content_type, headers, body, error"
 
+#define A_NCOLS 23 /* columns in A_COLS */
+#define E_NCOLS 17 /* columns in E_COLS */
+
 typedef struct stmt_def {
     const char *name;
     const char *sql;
@@ -58,8 +61,9 @@ static const stmt_def stmts[] = {
     {"complete", "SELECT once_complete($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
     {"settle", "SELECT once_settle($1, $2, $3, $4, $5, $6)"},
     {"resolve", "SELECT once_resolve($1, $2, $3, $4, $5, $6)"},
+    {"renew", "SELECT once_renew($1, $2, $3, $4, $5)"},
     {"hold", "SELECT once_hold($1, $2, $3, $4)"},
-    {"expire", "UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = $1 "
+    {"expire", "UPDATE actions SET state = 'unknown', error = '" ONCE_REASON_LEASE_EXPIRED "', updated_at = $1 "
                "WHERE state = 'pending' AND lease_expires_at <= $1"},
     {"hold_all", "UPDATE actions SET state = 'held', updated_at = $1, error = CASE WHEN $2::text IS NULL "
                  "THEN error WHEN error IS NULL THEN $2 ELSE $2 || ' (after: ' || error || ')' END "
@@ -68,8 +72,15 @@ static const stmt_def stmts[] = {
     {"sweep", "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
               "AND expires_at <= $1"},
     {"get", "SELECT " A_COLS " FROM actions WHERE scope = $1 AND key = $2"},
-    {"list", "SELECT " A_COLS " FROM actions WHERE id > $1 AND ($2::text IS NULL OR state = $2) "
-             "AND ($3::text IS NULL OR scope = $3) ORDER BY id LIMIT $4"},
+    /* A page stops where its bodies pass $5 bytes (one row at least), so
+     * a page of 1000 large rows never sits whole in a libpq result: the
+     * last column, the rows before the cut, tells whether it was cut. */
+    {"list", "SELECT " A_COLS ", w.page_total FROM (SELECT p.*, row_number() OVER (ORDER BY p.id) AS rn, "
+             "count(*) OVER () AS page_total, sum(coalesce(octet_length(p.request), 0) + "
+             "coalesce(octet_length(p.resp_body), 0) + coalesce(octet_length(p.resp_headers), 0)) "
+             "OVER (ORDER BY p.id) AS run FROM (SELECT * FROM actions WHERE id > $1 AND ($2::text IS NULL OR "
+             "state = $2) AND ($3::text IS NULL OR scope = $3) ORDER BY id LIMIT $4) p) w "
+             "WHERE w.rn = 1 OR w.run <= $5 ORDER BY w.id"},
     {"ping", "SELECT 1"},
     /* SKIP LOCKED: lookups on N nodes take disjoint actions. */
     {"rc_claim", "UPDATE actions a SET lookup_next_at = $2 + $3 FROM (SELECT id FROM actions WHERE state = "
@@ -87,16 +98,22 @@ static const stmt_def stmts[] = {
                   "ON CONFLICT DO NOTHING"},
     /* SKIP LOCKED: claimers on N nodes take disjoint events. */
     {"ev_claim", "UPDATE events e SET attempt = e.attempt + 1, receipt = e.id || '.' || $4, "
-                 "claim_until = $2 + $3, updated_at = $2 FROM (SELECT id FROM events WHERE source = $1 "
-                 "AND state = 'pending' AND next_at <= $2 AND claim_until <= $2 ORDER BY next_at, id "
-                 "LIMIT $5 FOR UPDATE SKIP LOCKED) d WHERE e.id = d.id RETURNING e.id, e.source, e.event_id, "
+                 "claim_until = $2 + $3, updated_at = $2 FROM (SELECT id FROM (SELECT l.id, "
+                 "row_number() OVER (ORDER BY l.next_at, l.id) AS rn, sum(coalesce(octet_length(l.body), 0) + "
+                 "coalesce(octet_length(l.headers), 0)) OVER (ORDER BY l.next_at, l.id) AS run FROM (SELECT id, "
+                 "next_at, body, headers FROM events WHERE source = $1 AND state = 'pending' AND next_at <= $2 "
+                 "AND claim_until <= $2 ORDER BY next_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) l) w "
+                 "WHERE w.rn = 1 OR w.run <= $6) d WHERE e.id = d.id RETURNING e.id, e.source, e.event_id, "
                  "e.state, e.attempt, e.received_at, e.updated_at, e.next_at, e.claim_until, e.receipt, "
                  "e.delivered_at, e.expires_at, e.retention_ms, e.content_type, e.headers, e.body, e.error"},
     {"ev_settle", "SELECT once_event_settle($1, $2, $3, $4, $5, $6, $7, $8)"},
     {"ev_exists", "SELECT 1 FROM events WHERE source = $1 AND (event_id = $2 OR digest = $3)"},
     {"ev_get", "SELECT " E_COLS " FROM events WHERE source = $1 AND event_id = $2"},
-    {"ev_list", "SELECT " E_COLS " FROM events WHERE id > $1 AND ($2::text IS NULL OR source = $2) "
-                "AND ($3::text IS NULL OR state = $3) ORDER BY id LIMIT $4"},
+    {"ev_list", "SELECT " E_COLS ", w.page_total FROM (SELECT p.*, row_number() OVER (ORDER BY p.id) AS rn, "
+                "count(*) OVER () AS page_total, sum(coalesce(octet_length(p.body), 0) + "
+                "coalesce(octet_length(p.headers), 0)) OVER (ORDER BY p.id) AS run FROM (SELECT * FROM events "
+                "WHERE id > $1 AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR state = $3) "
+                "ORDER BY id LIMIT $4) p) w WHERE w.rn = 1 OR w.run <= $5 ORDER BY w.id"},
     {"ev_redeliver", "UPDATE events SET state = 'pending', next_at = $3, claim_until = 0, receipt = NULL, "
                      "expires_at = 0, updated_at = $3 WHERE source = $1 AND event_id = $2"},
     {"ev_sweep", "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= $1"},
@@ -240,14 +257,41 @@ static int pg_open_conn(pg_store *s, PGconn **out)
     return ONCE_OK;
 }
 
+/* Whether a connection that sat idle may still be used. A server that
+ * restarted (or killed the session) has sent its FATAL and closed; reading
+ * what is there reveals it before anything is sent on the connection, so a
+ * request is never the one that finds out (DESIGN.md §7). libpq's socket is
+ * non-blocking: this never waits. */
+static int pg_alive(PGconn *c)
+{
+    return PQstatus(c) == CONNECTION_OK && PQconsumeInput(c) == 1 && PQstatus(c) == CONNECTION_OK;
+}
+
+/* Closes every idle pooled connection: one was found dead, so the server
+ * went away and the others are as dead. Under s->mu. */
+static void pool_reset(pg_store *s)
+{
+    while (s->pool_nfree > 0) {
+        PQfinish(s->pool_free[--s->pool_nfree]);
+        s->pool_nopen--;
+    }
+}
+
 static int pool_get(pg_store *s, PGconn **out)
 {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (s->pool_nfree > 0) {
-            *out = s->pool_free[--s->pool_nfree];
-            pthread_mutex_unlock(&s->mu);
-            return ONCE_OK;
+            PGconn *c = s->pool_free[--s->pool_nfree];
+            if (pg_alive(c)) {
+                *out = c;
+                pthread_mutex_unlock(&s->mu);
+                return ONCE_OK;
+            }
+            PQfinish(c);
+            s->pool_nopen--;
+            pool_reset(s);
+            continue;
         }
         if (s->pool_nopen < POOL_MAX)
             break;
@@ -350,6 +394,25 @@ static void *col_bytea(const PGresult *res, int row, int col, size_t *len, int *
 static int64_t col_int(const PGresult *res, int row, int col)
 {
     return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+/* The cursor after a page of the "list" or "ev_list" statements: the last
+ * row's id when the page was full (the probe row beyond limit came back)
+ * or cut by ONCE_PAGE_BYTES (fewer rows came back than the page held,
+ * which the column total_col says). */
+static void page_next(const PGresult *res, size_t limit, int total_col, char *next, size_t cap)
+{
+    int n = PQntuples(res);
+    if (n == 0)
+        return;
+    int last;
+    if ((size_t)n > limit)
+        last = (int)limit - 1;
+    else if (n < col_int(res, 0, total_col))
+        last = n - 1;
+    else
+        return;
+    snprintf(next, cap, "%lld", (long long)col_int(res, last, 0));
 }
 
 /* An action from columns c0.. (A_COLS order). */
@@ -508,6 +571,17 @@ static int op_send(PGconn *c, store_op *op)
         p_text(&p, op->text);
         p_int(&p, op->now);
         break;
+    case OP_PING:
+        name = "ping";
+        break;
+    case OP_RENEW:
+        name = "renew";
+        p_text(&p, op->scope);
+        p_text(&p, op->key);
+        p_text(&p, op->token);
+        p_int(&p, op->now);
+        p_int(&p, op->lease_ms);
+        break;
     case OP_RESOLVE:
         name = "resolve";
         p_text(&p, op->scope);
@@ -597,6 +671,7 @@ static int op_send(PGconn *c, store_op *op)
         p_int(&p, op->lease_ms);
         p_text(&p, op->token);
         p_int(&p, (int64_t)op->max);
+        p_int(&p, (int64_t)ONCE_PAGE_BYTES);
         break;
     case OP_EV_SETTLE: {
         /* "<id>.<hex>": the id finds the row; the whole string fences it. */
@@ -676,6 +751,12 @@ static void op_decode(store_op *op, const PGresult *res)
         op->rc = ONCE_OK;
         return;
     }
+    case OP_PING: op->rc = ONCE_OK; return;
+    case OP_RENEW:
+        answer_code(op, PQgetvalue(res, 0, 0), "action");
+        if (op->rc == ONCE_OK && op->lease_out)
+            *op->lease_out = op->now + op->lease_ms;
+        return;
     case OP_COMPLETE:
     case OP_SETTLE:
     case OP_RESOLVE:
@@ -885,6 +966,12 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
             ops[i]->rc = ONCE_ESTORE;
             ops[i]->detail[0] = '\0';
         }
+        /* A writer's connection that died while idle is replaced before
+         * anything is sent on it: nothing of the batch is lost to it. */
+        if (*conn && !pg_alive(*conn)) {
+            PQfinish(*conn);
+            *conn = NULL;
+        }
         if (!*conn) {
             int rc = pg_open_conn(s, conn);
             if (rc < 0) {
@@ -975,21 +1062,31 @@ static int run_async(pg_store *s, const store_op *op, once_cb cb, void *ctx)
 static int read_exec(pg_store *s, const char *name, const params *p, PGresult **res)
 {
     *res = NULL;
-    PGconn *c;
-    int rc = pool_get(s, &c);
-    if (rc < 0)
-        return rc;
-    PGresult *r = PQexecPrepared(c, name, p->n, p->v, p->len, p->fmt, 0);
-    char msg[256];
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    /* A read is safe to run again: one whose connection broke under it
+     * (the server went away between the check and the query) gets one more
+     * try on a fresh connection. */
+    for (int attempt = 0;; attempt++) {
+        PGconn *c;
+        int rc = pool_get(s, &c);
+        if (rc < 0)
+            return rc;
+        PGresult *r = PQexecPrepared(c, name, p->n, p->v, p->len, p->fmt, 0);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            pool_put(s, c);
+            *res = r;
+            return ONCE_OK;
+        }
+        char msg[256];
         rc = once_fail(ONCE_ESTORE, "store unavailable: %s", pg_msg(PQresultErrorMessage(r), msg, sizeof msg));
         PQclear(r);
+        int broken = PQstatus(c) != CONNECTION_OK;
         pool_put(s, c);
-        return rc;
+        if (!broken || attempt > 0)
+            return rc;
+        pthread_mutex_lock(&s->mu);
+        pool_reset(s);
+        pthread_mutex_unlock(&s->mu);
     }
-    pool_put(s, c);
-    *res = r;
-    return ONCE_OK;
 }
 
 static int get_action(pg_store *s, const char *scope, const char *key, once_action *out, int *found)
@@ -1049,6 +1146,14 @@ static int pgs_settle(once_store *st, const char *scope, const char *key, const 
     return cb ? run_async(pg(st), &op, cb, ctx) : run_write(pg(st), &op);
 }
 
+static int pgs_renew(once_store *st, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                     int64_t *lease_out, int64_t now, once_cb cb, void *ctx)
+{
+    store_op op = {.kind = OP_RENEW, .now = now, .scope = scope, .key = key, .token = token, .lease_ms = lease_ms,
+                   .lease_out = lease_out};
+    return cb ? run_async(pg(st), &op, cb, ctx) : run_write(pg(st), &op);
+}
+
 static int pgs_get(once_store *st, const char *scope, const char *key, once_action *out)
 {
     int found = 0;
@@ -1065,25 +1170,24 @@ static int pgs_list(once_store *st, const once_list_req *req, int64_t after_id, 
     p_text(&p, req->state ? once_state_name(req->state) : NULL);
     p_text(&p, req->scope);
     p_int(&p, (int64_t)req->limit + 1); /* one more tells whether a next page exists */
+    p_int(&p, (int64_t)ONCE_PAGE_BYTES);
     PGresult *res;
     int rc = read_exec(pg(st), "list", &p, &res);
     if (rc < 0)
         return rc;
-    int n = PQntuples(res);
     out->items = calloc(req->limit, sizeof *out->items);
     if (!out->items) {
         PQclear(res);
         return once_fail(ONCE_ENOMEM, "list: out of memory");
     }
-    for (int i = 0; i < n && out->count < req->limit; i++) {
+    for (int i = 0; i < PQntuples(res) && out->count < req->limit; i++) {
         if ((rc = action_decode(res, i, 0, &out->items[out->count])) < 0) {
             PQclear(res);
             return once_fail(rc, "list: cannot read a row");
         }
         out->count++;
     }
-    if ((size_t)n > req->limit)
-        snprintf(out->next, sizeof out->next, "%lld", (long long)col_int(res, (int)req->limit - 1, 0));
+    page_next(res, req->limit, A_NCOLS, out->next, sizeof out->next);
     PQclear(res);
     return ONCE_OK;
 }
@@ -1154,13 +1258,11 @@ static int pgs_reconcile_failed(once_store *st, const char *scope, const char *k
     return run_write(pg(st), &op);
 }
 
+/* Through a writer, in a transaction: ready means a write would commit. */
 static int pgs_ping(once_store *st)
 {
-    params p = {.n = 0};
-    PGresult *res;
-    int rc = read_exec(pg(st), "ping", &p, &res);
-    PQclear(res);
-    return rc;
+    store_op op = {.kind = OP_PING};
+    return run_write(pg(st), &op);
 }
 
 static int pgs_event_insert(once_store *st, const once_event_in *ev, int64_t now, int *inserted, once_cb cb,
@@ -1225,25 +1327,24 @@ static int pgs_event_list(once_store *st, const once_event_list_req *req, int64_
     p_text(&p, req->source);
     p_text(&p, req->state ? once_event_state_name(req->state) : NULL);
     p_int(&p, (int64_t)req->limit + 1);
+    p_int(&p, (int64_t)ONCE_PAGE_BYTES);
     PGresult *res;
     int rc = read_exec(pg(st), "ev_list", &p, &res);
     if (rc < 0)
         return rc;
-    int n = PQntuples(res);
     out->items = calloc(req->limit, sizeof *out->items);
     if (!out->items) {
         PQclear(res);
         return once_fail(ONCE_ENOMEM, "list: out of memory");
     }
-    for (int i = 0; i < n && out->count < req->limit; i++) {
+    for (int i = 0; i < PQntuples(res) && out->count < req->limit; i++) {
         if ((rc = event_decode(res, i, &out->items[out->count])) < 0) {
             PQclear(res);
             return once_fail(rc, "list: cannot read an event");
         }
         out->count++;
     }
-    if ((size_t)n > req->limit)
-        snprintf(out->next, sizeof out->next, "%lld", (long long)col_int(res, (int)req->limit - 1, 0));
+    page_next(res, req->limit, E_NCOLS, out->next, sizeof out->next);
     PQclear(res);
     return ONCE_OK;
 }
@@ -1282,6 +1383,7 @@ static const store_vtable pg_vtable = {
     .reserve = pgs_reserve,
     .complete = pgs_complete,
     .settle = pgs_settle,
+    .renew = pgs_renew,
     .get = pgs_get,
     .list = pgs_list,
     .resolve = pgs_resolve,

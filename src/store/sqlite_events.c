@@ -43,7 +43,9 @@ static const char *const ev_sql[EV_COUNT] = {
     [EV_SELECT] = "SELECT " EV_COLS " FROM events WHERE source = ?1 AND event_id = ?2",
     [EV_EXISTS] = "SELECT 1 FROM events WHERE source = ?1 AND (event_id = ?2 OR digest = ?3)",
     [EV_SELECT_ID] = "SELECT " EV_COLS " FROM events WHERE id = ?1",
-    [EV_DUE] = "SELECT id FROM events WHERE source = ?1 AND state = 'pending' AND next_at <= ?2 "
+    [EV_DUE] = "SELECT id, coalesce(length(body), 0) + coalesce(length(CAST(headers AS BLOB)), 0) FROM events "
+               "WHERE source = ?1 "
+               "AND state = 'pending' AND next_at <= ?2 "
                "AND claim_until <= ?2 ORDER BY next_at, id LIMIT ?3",
     [EV_CLAIM] = "UPDATE events SET attempt = attempt + 1, receipt = ?2, claim_until = ?3, updated_at = ?4 "
                  "WHERE id = ?1",
@@ -197,10 +199,18 @@ static void op_claim(sq_conn *c, store_op *op)
     sq_bind_text(st, 1, op->scope);
     sqlite3_bind_int64(st, 2, op->now);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     int rc;
-    while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW)
+    while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        /* A claim stops where its bodies would pass ONCE_PAGE_BYTES. */
+        size_t size = (size_t)sqlite3_column_int64(st, 1);
+        if (n > 0 && bytes + size > ONCE_PAGE_BYTES) {
+            rc = SQLITE_DONE;
+            break;
+        }
+        bytes += size;
         ids[n++] = sqlite3_column_int64(st, 0);
+    }
     sq_done(st);
     if (n < op->max && rc != SQLITE_DONE) {
         sq_fail_sql(op, c, rc, "claim");
@@ -337,11 +347,16 @@ static void op_list(sq_conn *c, store_op *op)
     sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
     int rc;
     int64_t last = 0;
+    size_t bytes = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (l->count == r->limit) {
+        /* A page stops at limit, or where its bodies would pass
+         * ONCE_PAGE_BYTES (one row at least): the rest is the next page. */
+        size_t size = (size_t)sqlite3_column_bytes(st, E_BODY) + (size_t)sqlite3_column_bytes(st, E_HEADERS);
+        if (l->count == r->limit || (l->count > 0 && bytes + size > ONCE_PAGE_BYTES)) {
             snprintf(l->next, sizeof l->next, "%lld", (long long)last);
             break;
         }
+        bytes += size;
         int drc = ev_decode(st, &l->items[l->count]);
         if (drc < 0) {
             store_op_fail(op, drc, "list: cannot read an event");

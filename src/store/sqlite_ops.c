@@ -64,7 +64,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RESOLVE] = "UPDATE actions SET state = ?2, provider_id = ?3, note = ?4, has_response = 0, "
                    "resp_status = NULL, resp_headers = NULL, resp_body = NULL, updated_at = ?5, "
                    "expires_at = ?5 + retention_ms WHERE id = ?1",
-    [ST_EXPIRE] = "UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = ?1 "
+    [ST_EXPIRE] = "UPDATE actions SET state = 'unknown', error = '" ONCE_REASON_LEASE_EXPIRED "', updated_at = ?1 "
                   "WHERE state = 'pending' AND lease_expires_at <= ?1",
     [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
                  "AND expires_at <= ?1",
@@ -89,6 +89,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
                 "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
     [ST_PING] = "SELECT 1",
+    [ST_RENEW] = "UPDATE actions SET lease_expires_at = ?2 WHERE id = ?1",
 };
 
 static int sq_code(int rc)
@@ -445,7 +446,7 @@ static void op_reserve(sq_conn *c, store_op *op)
             return;
         sqlite3_bind_int64(st, 1, h.id);
         sq_bind_text(st, 2, "unknown");
-        sq_bind_text(st, 3, "lease expired");
+        sq_bind_text(st, 3, ONCE_REASON_LEASE_EXPIRED);
         sqlite3_bind_int64(st, 4, op->now);
         sqlite3_bind_int64(st, 5, 0);
         if (sq_write_step(c, op, st, "reserve: expire lease") < 0)
@@ -553,6 +554,30 @@ static void op_settle(sq_conn *c, store_op *op)
     int64_t expires = op->to == ONCE_STATE_RELEASED ? op->now + h.retention_ms : 0;
     if (set_state(c, op, h.id, op->to, op->text, expires) == 0)
         op->rc = ONCE_OK;
+}
+
+/* A live call's owner says it is still working: the lease moves on. */
+static void op_renew(sq_conn *c, store_op *op)
+{
+    row_head h;
+    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+        return;
+    if (h.state != ONCE_STATE_PENDING) {
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only a pending action's lease is renewed", op->scope, op->key,
+                      once_state_name(h.state));
+        return;
+    }
+    int64_t until = op->now + op->lease_ms;
+    sqlite3_stmt *st = stmt(c, op, ST_RENEW);
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, h.id);
+    sqlite3_bind_int64(st, 2, until);
+    if (sq_write_step(c, op, st, "renew") < 0)
+        return;
+    if (op->lease_out)
+        *op->lease_out = until;
+    op->rc = ONCE_OK;
 }
 
 static void op_resolve(sq_conn *c, store_op *op)
@@ -744,11 +769,17 @@ static void op_list(sq_conn *c, store_op *op)
     sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
     int rc;
     int64_t last_id = 0;
+    size_t bytes = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (l->count == r->limit) {
+        /* A page stops at limit, or where its bodies would pass
+         * ONCE_PAGE_BYTES (one row at least): the rest is the next page. */
+        size_t size = (size_t)sqlite3_column_bytes(st, C_REQUEST) + (size_t)sqlite3_column_bytes(st, C_RESP_BODY) +
+                      (size_t)sqlite3_column_bytes(st, C_RESP_HEADERS);
+        if (l->count == r->limit || (l->count > 0 && bytes + size > ONCE_PAGE_BYTES)) {
             snprintf(l->next, sizeof l->next, "%lld", (long long)last_id);
             break;
         }
+        bytes += size;
         int drc = row_decode(st, &l->items[l->count]);
         if (drc < 0) {
             store_op_fail(op, drc, "list: cannot read a row");
@@ -788,6 +819,7 @@ void sq_op_run(sq_conn *c, store_op *op)
     case OP_RESERVE: op_reserve(c, op); break;
     case OP_COMPLETE: op_complete(c, op); break;
     case OP_SETTLE: op_settle(c, op); break;
+    case OP_RENEW: op_renew(c, op); break;
     case OP_RESOLVE: op_resolve(c, op); break;
     case OP_HOLD: op_hold(c, op); break;
     case OP_EXPIRE: op_bulk(c, op, ST_EXPIRE, "expire leases"); break;

@@ -26,6 +26,7 @@ enum sq_stmt {
     ST_RC_FAILED,
     ST_LIST,
     ST_PING,
+    ST_RENEW,
     ST_COUNT
 };
 

@@ -74,8 +74,8 @@ static const char *const migrations[] = {
     "CREATE INDEX actions_unknown ON actions (scope, lookup_next_at) WHERE state = 'unknown';",
     /* 4: a second dedupe key for events whose id the signature does not
      * cover (GitHub's delivery id): the body's digest, unique per source. */
-    "ALTER TABLE events ADD COLUMN digest TEXT;"
-    "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;",
+    ("ALTER TABLE events ADD COLUMN digest TEXT;"
+     "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;"),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -10,7 +10,11 @@
  * An in-memory store has a single connection, so there reads queue too.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 #define BATCH_MAX 512
 #define POOL_MAX 64
 #define CHECKPOINT_PAGES 1000 /* about 4 MiB of WAL */
+#define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
 
 typedef struct sq_store {
     struct once_store base; /* first: the ledger sees a once_store */
@@ -46,6 +51,8 @@ typedef struct sq_store {
     int ckpt_wanted;
     pthread_t ckpt_thread;
     int ckpt_started;
+    int64_t wal_limit;      /* past this, a checkpoint restarts and truncates the WAL (under ckpt_mu) */
+    int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
 } sq_store;
 
 static double mono_seconds(void)
@@ -165,6 +172,21 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
+/* The size of the WAL file (0 when there is none). */
+static int sq_wal_bytes(const sq_store *s, int64_t *out)
+{
+    char wal[4096];
+    struct stat st;
+    *out = 0;
+    if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal)
+        return once_fail(ONCE_EINVAL, "store: path too long");
+    if (stat(wal, &st) == 0)
+        *out = (int64_t)st.st_size;
+    else if (errno != ENOENT)
+        return once_fail(ONCE_ESTORE, "store: cannot stat %s: %s", wal, strerror(errno));
+    return ONCE_OK;
+}
+
 static void *ckpt_main(void *arg)
 {
     sq_store *s = arg;
@@ -188,11 +210,19 @@ static void *ckpt_main(void *arg)
                 break;
         }
         s->ckpt_wanted = 0;
+        int64_t limit = s->wal_limit;
         pthread_mutex_unlock(&s->ckpt_mu);
         /* PASSIVE never waits for readers or the writer: it copies what it
-         * can and leaves the rest for the next round. */
+         * can and leaves the rest for the next round. Under a sustained
+         * load it never catches up (readers always hold some frames), so
+         * past the limit a TRUNCATE checkpoint waits for them, copies
+         * everything and cuts the file: one commit waits a moment, the disk
+         * stays bounded. */
         int log = 0, done = 0;
-        sqlite3_wal_checkpoint_v2(c.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        int64_t wal = 0;
+        int mode = sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
+                                                                     : SQLITE_CHECKPOINT_PASSIVE;
+        sqlite3_wal_checkpoint_v2(c.db, NULL, mode, &log, &done);
         pthread_mutex_lock(&s->ckpt_mu);
     }
     pthread_mutex_unlock(&s->ckpt_mu);
@@ -333,6 +363,14 @@ static int sqs_settle(once_store *st, const char *scope, const char *key, const 
     return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
 }
 
+static int sqs_renew(once_store *st, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                     int64_t *lease_out, int64_t now, once_cb cb, void *ctx)
+{
+    store_op op = {.kind = OP_RENEW, .now = now, .scope = scope, .key = key, .token = token, .lease_ms = lease_ms,
+                   .lease_out = lease_out};
+    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
+}
+
 static int sqs_get(once_store *st, const char *scope, const char *key, once_action *out)
 {
     store_op op = {.kind = OP_GET, .scope = scope, .key = key, .action = out};
@@ -384,10 +422,12 @@ static int sqs_hold_unknown(once_store *st, const char *scope, const char *excep
     return rc;
 }
 
+/* Through the writer, in its transaction: ready means a write would
+ * commit (a locked or read-only file fails here, not on a request). */
 static int sqs_ping(once_store *st)
 {
     store_op op = {.kind = OP_PING};
-    return run_read(sq(st), &op);
+    return run_write(sq(st), &op);
 }
 
 /* ---- reconciliation -------------------------------------------------------- */
@@ -505,6 +545,8 @@ static void sqs_close(once_store *st)
     if (s->writer.db)
         sq_conn_close(&s->writer);
     bq_destroy(&s->queue);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* after every connection: the lock outlives the serving */
     pthread_cond_destroy(&s->ckpt_cv);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_cond_destroy(&s->pool_cv);
@@ -513,11 +555,66 @@ static void sqs_close(once_store *st)
     free(s);
 }
 
+static int sqs_set_wal_limit(once_store *st, int64_t bytes)
+{
+    sq_store *s = sq(st);
+    pthread_mutex_lock(&s->ckpt_mu);
+    s->wal_limit = bytes;
+    pthread_mutex_unlock(&s->ckpt_mu);
+    return ONCE_OK;
+}
+
+static int sqs_wal_bytes(once_store *st, int64_t *out)
+{
+    sq_store *s = sq(st);
+    if (s->memory) {
+        *out = 0;
+        return ONCE_OK;
+    }
+    return sq_wal_bytes(s, out);
+}
+
+/* One gateway per file: a second `once serve` on it would split the
+ * traffic between two processes whose in-process state (the replay cache,
+ * waiters, leases) each believes is the only one. An advisory lock on
+ * PATH.lock (never on the database file: closing another descriptor of
+ * that file would drop SQLite's own locks) holds for the process's life;
+ * the CLI does not take it. */
+static int sqs_lock(once_store *st)
+{
+    sq_store *s = sq(st);
+    if (s->memory || s->lock_fd >= 0)
+        return ONCE_OK;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s.lock", s->path) >= (int)sizeof path)
+        return once_fail(ONCE_EINVAL, "store: path too long");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return once_fail(ONCE_ESTORE, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        return once_fail(ONCE_EBUSY, "%s is served by another once serve%s%s%s", s->path, pid[0] ? " (pid " : "",
+                         pid, pid[0] ? ")" : "");
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        /* The lock holds without its note: nothing depends on it. */
+    }
+    s->lock_fd = fd;
+    return ONCE_OK;
+}
+
 static const store_vtable sqlite_vtable = {
     .name = "sqlite",
     .reserve = sqs_reserve,
     .complete = sqs_complete,
     .settle = sqs_settle,
+    .renew = sqs_renew,
     .get = sqs_get,
     .list = sqs_list,
     .resolve = sqs_resolve,
@@ -536,6 +633,9 @@ static const store_vtable sqlite_vtable = {
     .event_redeliver = sqs_event_redeliver,
     .event_sweep = sqs_event_sweep,
     .ping = sqs_ping,
+    .set_wal_limit = sqs_set_wal_limit,
+    .wal_bytes = sqs_wal_bytes,
+    .lock = sqs_lock,
     .close = sqs_close,
 };
 
@@ -546,6 +646,8 @@ int sqlite_store_open(const char *path, once_store **out)
         return once_fail(ONCE_ENOMEM, "store: out of memory");
     s->base.vt = &sqlite_vtable;
     s->memory = strcmp(path, ":memory:") == 0;
+    s->wal_limit = WAL_LIMIT_DEFAULT;
+    s->lock_fd = -1;
     s->path = once_memdup0(path, strlen(path));
     if (!s->path || bq_init(&s->queue) < 0) {
         free(s->path);

@@ -22,6 +22,9 @@ typedef struct store_vtable {
     /* to is ONCE_STATE_RELEASED or ONCE_STATE_UNKNOWN. */
     int (*settle)(once_store *s, const char *scope, const char *key, const char *token, once_state to,
                   const char *error, int64_t now, once_cb cb, void *ctx);
+    /* lease_out (may be NULL) gets the new deadline before cb runs */
+    int (*renew)(once_store *s, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                 int64_t *lease_out, int64_t now, once_cb cb, void *ctx);
     int (*get)(once_store *s, const char *scope, const char *key, once_action *out);
     /* after_id: the id decoded from the cursor (0 = from the start). */
     int (*list)(once_store *s, const once_list_req *req, int64_t after_id, once_action_list *out);
@@ -41,6 +44,11 @@ typedef struct store_vtable {
     int (*reconcile_failed)(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
                             const char *step, int64_t now);
     int (*ping)(once_store *s);
+    /* Optional (NULL: ONCE_ENOTSUP): the WAL's bound and size (SQLite),
+     * and the one-gateway lock. */
+    int (*set_wal_limit)(once_store *s, int64_t bytes);
+    int (*wal_bytes)(once_store *s, int64_t *out);
+    int (*lock)(once_store *s);
     /* webhook events */
     int (*event_insert)(once_store *s, const once_event_in *ev, int64_t now, int *inserted, once_cb cb, void *ctx);
     int (*event_claim)(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,

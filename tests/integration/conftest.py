@@ -78,13 +78,17 @@ def store_path(tmp_path):
 
 
 @pytest.fixture
-def store(store_kind, store_path):
-    """A URL of a fresh store: an SQLite file in a temporary directory, or a fresh
-    PostgreSQL schema (see store_kind)."""
+def store(store_kind, store_path, ledger_tool_bin):
+    """A URL of a fresh, empty store, made as a gateway makes it (the CLI reads stores but
+    never creates one): an SQLite file in a temporary directory, or a fresh PostgreSQL
+    schema (see store_kind)."""
     if store_kind == "sqlite":
-        return f"sqlite:{store_path}"
-    from gateway import store_url
-    return store_url("postgres", store_path.parent)
+        url = f"sqlite:{store_path}"
+    else:
+        from gateway import store_url
+        url = store_url("postgres", store_path.parent)
+    LedgerTool(ledger_tool_bin, url).run("expire", url, "0")
+    return url
 
 
 def _clean_env(extra=None):

@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 
 RECORD_FIELDS = {
     "scope", "key", "state", "attempt", "created_at", "updated_at",
-    "lease_expires_at", "expires_at", "fingerprint", "provider_id", "error",
+    "lease_expires_at", "expires_at", "fingerprint", "request", "provider_id", "error",
     "note", "response", "lookups", "trail",
 }
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -656,12 +656,16 @@ def test_store_option_overrides_environment(cli, store, ledger):
 
 def test_default_store_is_once_db_in_cwd(cli, ledger_tool_bin):
     from conftest import LedgerTool
+    db = cli.cwd / "once.db"
+    # The CLI reads stores but never makes one: in an empty folder it says so (issue 13).
+    for args in (("ls", "--json"), ("show", "pay", "k"), ("hooks", "ls"), ("gc",),
+                 ("resolve", "pay", "k", "--released")):
+        assert_error(cli(*args), 2, "no store at once.db")
+        assert not db.exists(), f"once {' '.join(args)} created {db}"
+    LedgerTool(ledger_tool_bin, f"sqlite:{db}").make_pending("pay", "k")
     r = cli("ls", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == []
-    db = cli.cwd / "once.db"
-    assert db.exists()
-    LedgerTool(ledger_tool_bin, f"sqlite:{db}").make_pending("pay", "k")
+    assert [d["key"] for d in json.loads(r.stdout)] == ["k"]
     r = cli("show", "pay", "k", "--json")
     assert r.returncode == 0
     assert json.loads(r.stdout)["key"] == "k"

@@ -46,14 +46,17 @@ def test_sqlite_store_is_0600_under_umask_022(gateway, tmp_path):
     assert "once.db" in modes and "once.db-wal" in modes, f"expected the database and its WAL: {modes}"
 
 
-def test_sqlite_store_made_by_the_cli_is_0600(tmp_path):
-    """`once --store sqlite:NEW ls` creates the store: 0600 as well."""
+def test_cli_never_creates_a_store(tmp_path):
+    """`once --store sqlite:NEW ls` on a path with no store: one line naming the path, exit 2,
+    and no file made (a typo must not answer with an empty table, nor leave a world-readable
+    file behind)."""
     db = tmp_path / "cli.db"
     with umask(0o022):
         r = sh.run_once("--store", f"sqlite:{db}", "ls")
-    assert r.returncode == 0, sh.output_of(r)
-    assert db.exists(), "the CLI did not create the store"
-    assert_private([db, db.with_name("cli.db-wal"), db.with_name("cli.db-shm")])
+    assert r.returncode == 2, sh.output_of(r)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(db) in lines[0], sh.output_of(r)
+    assert not db.exists(), "the CLI created a store"
 
 
 # ----------------------------------------------------------------------------- readable secret files

@@ -258,7 +258,7 @@ static void test_example(void **state)
     assert_int_equal(u->nheaders, 1);
     assert_string_equal(u->headers[0], "Authorization: Bearer sk-test");
     assert_int_equal(u->timeout_ms, 60000);
-    assert_int_equal(u->lease_ms, 65000); /* max(30s, 60s + 5s) */
+    assert_int_equal(u->lease_ms, 30000); /* the server's: renewed while a call runs, not grown with timeout */
     assert_int_equal(u->retention_ms, 86400000);
     assert_int_equal(u->key_required, 1);
     assert_int_equal(u->key_safe_methods, 0);
@@ -286,7 +286,7 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.listen, "127.0.0.1:7600");
     assert_string_equal(cfg.store, "sqlite:once.db");
     assert_int_equal(cfg.max_body, 1 << 20);
-    assert_int_equal(cfg.lease_ms, 30000);
+    assert_int_equal(cfg.lease_ms, 10000);
     assert_int_equal(cfg.retention_ms, 24 * 3600 * 1000);
     assert_int_equal(cfg.ntokens, 0);
     assert_null(cfg.tokens);
@@ -305,7 +305,7 @@ static void test_defaults(void **state)
     assert_non_null(u);
     assert_int_equal(u->nheaders, 0);
     assert_int_equal(u->timeout_ms, 60000);
-    assert_int_equal(u->lease_ms, 65000);
+    assert_int_equal(u->lease_ms, 10000);
     assert_int_equal(u->retention_ms, 86400000);
     assert_int_equal(u->key_required, 1);
     assert_int_equal(u->key_safe_methods, 0);
@@ -343,7 +343,7 @@ static void test_defaults_late_server(void **state)
                  &cfg);
     assert_int_equal(config_upstream(&cfg, "fast")->lease_ms, 120000);
     assert_int_equal(config_upstream(&cfg, "fast")->retention_ms, 7 * 86400000LL);
-    assert_int_equal(config_upstream(&cfg, "slow")->lease_ms, 605000);
+    assert_int_equal(config_upstream(&cfg, "slow")->lease_ms, 120000);
     assert_int_equal(config_upstream(&cfg, "own")->lease_ms, 3000);
     assert_int_equal(config_upstream(&cfg, "own")->retention_ms, 3600000);
     config_free(&cfg);
@@ -392,7 +392,7 @@ static void test_all_keys(void **state)
     assert_string_equal(u->headers[2], "X-Org: org-9");
     assert_string_equal(u->headers[3], "B: 2");
     assert_int_equal(u->timeout_ms, 500);
-    assert_int_equal(u->lease_ms, 30000);
+    assert_int_equal(u->lease_ms, 10000); /* the server's default */
     assert_int_equal(u->key_required, 0);
     assert_int_equal(u->key_safe_methods, 1);
     assert_int_equal(u->on_mismatch, MISMATCH_REJECT);
@@ -581,9 +581,9 @@ static void test_bad_values(void **state)
     tc_expect_error("[server]\nretention = 3651d\n", 2, "retention: at most 3650d");
     tc_expect_error("[upstream.a]\nurl = http://a\nlease = 169h\n", 3, "lease: at most 7d");
     tc_expect_error("[upstream.a]\nurl = http://a\nretention = 3651d\n", 3, "retention: at most 3650d");
-    tc_expect_error("[upstream.a]\nurl = http://a\ntimeout = 7d\n", 3, "over the 7d a lease may last");
+    tc_expect_error("[upstream.a]\nurl = http://a\ntimeout = 7d\n", 3, "timeout: at most 1d");
     once_config cfg;
-    tc_expect_ok("[server]\nlease = 7d\nretention = 3650d\n[upstream.a]\nurl = http://a\ntimeout = 6d\n", &cfg);
+    tc_expect_ok("[server]\nlease = 7d\nretention = 3650d\n[upstream.a]\nurl = http://a\ntimeout = 1d\n", &cfg);
     assert_int_equal(cfg.upstreams[0].lease_ms, 7LL * 24 * 3600 * 1000);
     config_free(&cfg);
     tc_expect_error("[server]\nloop_interval = 0s\n", 2, "loop_interval: must be more than 0");
@@ -831,13 +831,11 @@ static void test_lease_vs_timeout(void **state)
     assert_int_equal(cfg.upstreams[0].lease_ms, 2000);
     config_free(&cfg);
     tc_expect_ok("[upstream.a]\nurl = http://a\ntimeout = 30s\n", &cfg);
-    assert_int_equal(cfg.upstreams[0].lease_ms, 35000);
+    assert_int_equal(cfg.upstreams[0].lease_ms, 10000);
     config_free(&cfg);
-    /* A timeout near the limit neither overflows nor passes: its lease would
-     * be over the ledger's 7 days, which refused every reservation (400 on
-     * each request) until it was checked at load. */
+    /* A timeout near the limit neither overflows nor passes. */
     tc_expect_error("[upstream.a]\nurl = http://a\ntimeout = 9223372036854775807ms\n", 3,
-                    "over the 7d a lease may last");
+                    "timeout: at most 1d");
 }
 
 static void test_overrides(void **state)
