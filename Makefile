@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench bench-compare valgrind chaos soak clean
+.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench bench-compare valgrind coverage chaos soak clean
 
 all: build
 
@@ -72,6 +72,12 @@ bench-compare: build
 
 valgrind: build
 	@bash scripts/valgrind $(BUILD)
+
+# Line coverage of src/ per folder (gcov/lcov), from the unit, integration
+# and security tests.
+coverage: deps
+	@bash scripts/deps --coverage
+	@bash scripts/coverage build/cov
 
 # The chaos suite: SIGKILLs at every phase (a fault-injection build in build/fault),
 # storms, infrastructure faults, on SQLite and PostgreSQL; a table at the end

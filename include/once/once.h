@@ -3,7 +3,7 @@
  *
  * An action is one external side effect, named by (scope, key). The ledger
  * keeps one row per action under a unique constraint and moves it through the
- * states of DESIGN.md §2:
+ * states of docs/architecture.md:
  *
  *   (none) --reserve--> pending --complete--> completed
  *                          |  \--mark_unknown / lease expired--> unknown --hold--> held
@@ -11,9 +11,13 @@
  *   unknown | held --resolve--> completed | released
  *
  * Conventions (libuv/curl style):
- *  - Every function returns an int: 0 (ONCE_OK) on success or a negative
- *    ONCE_E* code. once_strerror() names a code; once_errdetail() gives a
- *    human-readable detail of the last error returned to the calling thread.
+ *  - Every function that can fail returns an int: 0 (ONCE_OK) on success or
+ *    a negative ONCE_E* code. once_strerror() names a code; once_errdetail()
+ *    gives a human-readable detail of the last error returned to the
+ *    calling thread. The others cannot fail and say what they return: the
+ *    *_free and *_close functions (void), the names of codes and states
+ *    (const char *), once_store_set_commit_hook (void) and once_now_ms
+ *    (int64_t).
  *  - Results are written through out-parameters. Structs passed in are owned
  *    by the caller; what libonce allocates inside them is released with the
  *    type's single *_free function (which frees the members, not the struct,
@@ -37,6 +41,14 @@ extern "C" {
 
 #define ONCE_VERSION "0.1.0"
 
+/* What libonce.so exports: these declarations and nothing else (it is
+ * built with hidden visibility). */
+#if defined(__GNUC__) && defined(ONCE_BUILDING_LIBRARY)
+#define ONCE_API __attribute__((visibility("default")))
+#else
+#define ONCE_API
+#endif
+
 /* ---- errors ------------------------------------------------------------ */
 
 enum once_error {
@@ -55,12 +67,12 @@ enum once_error {
 };
 
 /* The name of an error code ("invalid argument", ...); never NULL. */
-const char *once_strerror(int code);
+ONCE_API const char *once_strerror(int code);
 
 /* A detail of the last error a libonce call returned to this thread, e.g.
  * "key: byte 3 is not printable ASCII". The string belongs to the thread and
  * is valid until its next libonce call. Never NULL (empty when none). */
-const char *once_errdetail(void);
+ONCE_API const char *once_errdetail(void);
 
 /* ---- limits ------------------------------------------------------------ */
 
@@ -80,8 +92,8 @@ const char *once_errdetail(void);
                                             this many bytes (it holds one row at least) */
 
 /* Checks a key / scope; 0 or ONCE_EINVAL (with a detail). */
-int once_key_validate(const char *key);
-int once_scope_validate(const char *scope);
+ONCE_API int once_key_validate(const char *key);
+ONCE_API int once_scope_validate(const char *scope);
 
 /* ---- states ------------------------------------------------------------ */
 
@@ -94,9 +106,9 @@ typedef enum once_state {
 } once_state;
 
 /* "pending", "completed", ... ; NULL for a value outside the enum. */
-const char *once_state_name(once_state s);
+ONCE_API const char *once_state_name(once_state s);
 /* Parses a state name; 0 or ONCE_EINVAL. */
-int once_state_parse(const char *name, once_state *out);
+ONCE_API int once_state_parse(const char *name, once_state *out);
 
 /* ---- the action record ------------------------------------------------- */
 
@@ -136,7 +148,7 @@ typedef struct once_action {
 } once_action;
 
 /* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
-void once_action_free(once_action *a);
+ONCE_API void once_action_free(once_action *a);
 
 /* ---- the store --------------------------------------------------------- */
 
@@ -148,7 +160,7 @@ typedef struct once_store once_store;
  * several threads answering from read connections it was the gateway's
  * busiest lock. libonce does not read those statistics. Skipping it is
  * safe; called after SQLite has started it changes nothing. Returns ONCE_OK. */
-int once_global_init(void);
+ONCE_API int once_global_init(void);
 
 /* Opens (creating if needed, migrating forward) the store named by url:
  *   sqlite:PATH       a file; WAL, synchronous=FULL, group commit
@@ -160,41 +172,41 @@ int once_global_init(void);
  * Errors: ONCE_EINVAL (bad URL), ONCE_ESTORE (cannot open or reach,
  * missing directory, unreadable), ONCE_ENOTDB (not SQLite), ONCE_ESCHEMA
  * (newer schema; the file is left untouched), ONCE_ENOMEM. */
-int once_store_open(const char *url, once_store **out);
+ONCE_API int once_store_open(const char *url, once_store **out);
 
 /* The store URL as it may be printed or logged: the password of a
  * postgres:// URL (in its user:password@ part or a password= parameter)
  * becomes "***". Writes at most cap bytes with the NUL into out (cutting a
  * longer URL). 0, or ONCE_EINVAL when out is NULL or cap is 0. */
-int once_store_url_redact(const char *url, char *out, size_t cap);
+ONCE_API int once_store_url_redact(const char *url, char *out, size_t cap);
 
 /* Waits for queued operations to finish, stops the store's threads and
  * frees it. NULL is fine. Not thread-safe against other calls on store. */
-void once_store_close(once_store *store);
+ONCE_API void once_store_close(once_store *store);
 
 /* 0 if a write would commit now (a no-op transaction through the store's
  * writers, whose broken connections are replaced first), else an error. */
-int once_store_ping(once_store *store);
+ONCE_API int once_store_ping(once_store *store);
 
 /* SQLite: the WAL is checkpointed and truncated once it passes bytes
  * (default 64 MiB; at least 1 MiB), so a sustained load cannot grow it
  * without bound. Other stores: nothing to bound, 0. */
-int once_store_set_wal_limit(once_store *store, int64_t bytes);
+ONCE_API int once_store_set_wal_limit(once_store *store, int64_t bytes);
 /* SQLite: the WAL file's size now. ONCE_ENOTSUP for a store without one. */
-int once_store_wal_bytes(once_store *store, int64_t *bytes);
+ONCE_API int once_store_wal_bytes(once_store *store, int64_t *bytes);
 
 /* Claims the store for one serving process: a SQLite file may be served by
  * one gateway at a time (ONCE_EBUSY, naming the holder, for a second);
  * PostgreSQL is shared by any number of nodes (always 0). Held until
  * once_store_close. Readers and the CLI need no claim. */
-int once_store_lock(once_store *store);
+ONCE_API int once_store_lock(once_store *store);
 
 /* Called by the store's writer after each commit, on the writer thread:
  * batch is the number of operations in the transaction, seconds the time
  * from BEGIN to the end of the durable COMMIT. Keep it cheap. Set it before
  * other threads use the store; NULL removes it. */
 typedef void (*once_commit_hook)(void *ctx, size_t batch, double seconds);
-void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx);
+ONCE_API void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx);
 
 /* ---- reserve ----------------------------------------------------------- */
 
@@ -230,7 +242,7 @@ typedef enum once_reserve_status {
 } once_reserve_status;
 
 /* "reserved", "completed", ...; NULL outside the enum. */
-const char *once_reserve_status_name(once_reserve_status s);
+ONCE_API const char *once_reserve_status_name(once_reserve_status s);
 
 typedef struct once_reservation {
     once_reserve_status status;
@@ -242,14 +254,14 @@ typedef struct once_reservation {
 } once_reservation;
 
 /* Frees what *r owns (its action) and zeroes it. */
-void once_reservation_free(once_reservation *r);
+ONCE_API void once_reservation_free(once_reservation *r);
 
 /* Reserves (scope, key) for one attempt. Returns 0 and an answer in *out, or
  * an error. RESERVED is durable (committed and synced) before this returns.
  * A RELEASED row, or a COMPLETED one past its retention, is reserved again
  * with attempt + 1. A PENDING row whose lease has passed becomes UNKNOWN.
  * The unique constraint decides races between threads and processes. */
-int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out);
+ONCE_API int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out);
 
 /* ---- outcomes (fenced by the token) ------------------------------------ */
 
@@ -266,19 +278,19 @@ int once_reserve(once_store *store, const once_reserve_req *req, once_reservatio
  * nothing (the first result stays). Durable before it returns.
  * Errors: ONCE_ENOTFOUND, ONCE_ESTALE (not the current attempt's token; row
  * unchanged), ONCE_ESTATE (RELEASED), ONCE_EINVAL, ONCE_ESTORE. */
-int once_complete(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_complete(once_store *store, const char *scope, const char *key, const char *token,
                   const once_response *response, const char *provider_id);
 
 /* PENDING -> RELEASED: the action was certainly not performed; the key is
  * free for the next attempt. error (may be NULL) is kept. Repeating it on a
  * RELEASED row with the same token is 0. Errors as once_complete; UNKNOWN and
  * HELD rows are ONCE_ESTATE (only reconciliation or a human settles them). */
-int once_release(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_release(once_store *store, const char *scope, const char *key, const char *token,
                  const char *error);
 
 /* PENDING -> UNKNOWN: the action may have been performed. Repeating it on an
  * UNKNOWN row with the same token is 0. Errors as once_release. */
-int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_mark_unknown(once_store *store, const char *scope, const char *key, const char *token,
                       const char *error);
 
 /* PENDING: the lease of the attempt holding token moves to now + lease_ms,
@@ -289,13 +301,13 @@ int once_mark_unknown(once_store *store, const char *scope, const char *key, con
  * pending: its lease ran out and it is unknown — the call's answer, when it
  * comes, is still recorded by once_complete as a late completion),
  * ONCE_EINVAL (lease_ms outside 1 ms..ONCE_LEASE_MAX_MS). */
-int once_renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+ONCE_API int once_renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
                int64_t *lease_expires_at);
 
 /* ---- reads ------------------------------------------------------------- */
 
 /* The whole record of (scope, key) into *out. ONCE_ENOTFOUND if absent. */
-int once_get(once_store *store, const char *scope, const char *key, once_action *out);
+ONCE_API int once_get(once_store *store, const char *scope, const char *key, once_action *out);
 
 typedef struct once_list_req {
     once_state state;      /* 0 = any state */
@@ -311,12 +323,12 @@ typedef struct once_action_list {
 } once_action_list;
 
 /* Frees the items of *l and zeroes it. */
-void once_action_list_free(once_action_list *l);
+ONCE_API void once_action_list_free(once_action_list *l);
 
 /* One page of actions in creation order. Paging with next is stable under
  * concurrent inserts: rows are never skipped or repeated (new rows appear on
  * later pages). ONCE_EINVAL for a bad cursor, limit or scope. */
-int once_list(once_store *store, const once_list_req *req, once_action_list *out);
+ONCE_API int once_list(once_store *store, const once_list_req *req, once_action_list *out);
 
 /* ---- operator and background transitions ------------------------------- */
 
@@ -327,7 +339,7 @@ typedef enum once_outcome {
 
 /* A human settles an UNKNOWN or HELD action: COMPLETED (with provider_id and
  * note, no stored response) or RELEASED. Anything else is ONCE_ESTATE. */
-int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
+ONCE_API int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
                  const char *provider_id, const char *note);
 
 /* The error of an action that became UNKNOWN because its lease ran out
@@ -337,22 +349,22 @@ int once_resolve(once_store *store, const char *scope, const char *key, once_out
 
 /* Moves every PENDING row whose lease ended at or before now to UNKNOWN
  * (ONCE_REASON_LEASE_EXPIRED). *count (may be NULL) gets how many moved. */
-int once_expire_leases(once_store *store, int64_t now, size_t *count);
+ONCE_API int once_expire_leases(once_store *store, int64_t now, size_t *count);
 
 /* UNKNOWN -> HELD with reason (may be NULL). Anything else is ONCE_ESTATE. */
-int once_hold(once_store *store, const char *scope, const char *key, const char *reason);
+ONCE_API int once_hold(once_store *store, const char *scope, const char *key, const char *reason);
 
 /* Deletes COMPLETED and RELEASED rows whose retention ended at or before now.
  * Never touches PENDING, UNKNOWN or HELD. *count (may be NULL) gets how many. */
-int once_sweep(once_store *store, int64_t now, size_t *count);
+ONCE_API int once_sweep(once_store *store, int64_t now, size_t *count);
 
 /* Moves every UNKNOWN row (of scope, or of every scope when scope is NULL)
  * to HELD with reason. *count (may be NULL) gets how many moved. */
-int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
+ONCE_API int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count);
 
 /* As once_hold_unknown for every scope except the nexcept listed (scopes
  * whose unknown actions a provider lookup settles instead). */
-int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
+ONCE_API int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
                              size_t *count);
 
 /* ---- reconciliation: ask the provider, never resend --------------------- */
@@ -361,20 +373,20 @@ int once_hold_unknown_except(once_store *store, const char *const *except, size_
  * that have been unknown for at least settle_ms (a provider's lookup lags
  * its writes: asked too soon it says "absent" for a request it is still
  * processing): each is kept from other claimers (other nodes) for lease_ms. */
-int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+ONCE_API int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
                          once_action_list *out);
 
 /* The provider's lookup settled an UNKNOWN action: ONCE_OUTCOME_COMPLETED
  * stores response (may be NULL) and provider_id, so retries replay it;
  * ONCE_OUTCOME_RELEASED frees the key for the next attempt. step (may be
  * NULL) is appended to the trail. Anything but UNKNOWN is ONCE_ESTATE. */
-int once_reconcile(once_store *store, const char *scope, const char *key, once_outcome outcome,
+ONCE_API int once_reconcile(once_store *store, const char *scope, const char *key, once_outcome outcome,
                    const once_response *response, const char *provider_id, const char *step);
 
 /* A lookup gave no answer: counts it, appends step to the trail, and makes
  * the next lookup due after delay_ms — or, with hold set, moves the action
  * to HELD with step as the reason. Only from UNKNOWN (ONCE_ESTATE else). */
-int once_reconcile_failed(once_store *store, const char *scope, const char *key, int64_t delay_ms, int hold,
+ONCE_API int once_reconcile_failed(once_store *store, const char *scope, const char *key, int64_t delay_ms, int hold,
                           const char *step);
 
 /* Callback of the asynchronous calls (see "asynchronous variants"). */
@@ -397,8 +409,8 @@ typedef enum once_event_state {
     ONCE_EVENT_DEAD = 3       /* gave up after max attempts (redeliver revives it) */
 } once_event_state;
 
-const char *once_event_state_name(once_event_state s);
-int once_event_state_parse(const char *name, once_event_state *out);
+ONCE_API const char *once_event_state_name(once_event_state s);
+ONCE_API int once_event_state_parse(const char *name, once_event_state *out);
 
 typedef struct once_event {
     char *source;
@@ -420,7 +432,7 @@ typedef struct once_event {
     char *error;              /* last delivery error; may be NULL */
 } once_event;
 
-void once_event_free(once_event *e);
+ONCE_API void once_event_free(once_event *e);
 
 typedef struct once_event_list {
     once_event *items;
@@ -428,7 +440,7 @@ typedef struct once_event_list {
     char next[ONCE_CURSOR_MAX];
 } once_event_list;
 
-void once_event_list_free(once_event_list *l);
+ONCE_API void once_event_list_free(once_event_list *l);
 
 typedef struct once_event_in {
     const char *source;       /* 1–64 of [A-Za-z0-9._-] */
@@ -446,32 +458,32 @@ typedef struct once_event_in {
 /* Inserts the event unless (source, event_id) exists — or, when digest is
  * given, (source, digest); durable before it returns. *inserted = 1 for a
  * new event, 0 for a duplicate (nothing changed). */
-int once_event_insert(once_store *store, const once_event_in *ev, int *inserted);
+ONCE_API int once_event_insert(once_store *store, const once_event_in *ev, int *inserted);
 /* As once_event_insert, answering through cb once durable (see the
  * asynchronous variants below); *inserted is set before cb runs. Returns 1
  * when a read already found the event (a duplicate: *inserted = 0, cb will
  * not run): redeliveries then cost no write and no fsync. */
-int once_event_insert_async(once_store *store, const once_event_in *ev, int *inserted, once_cb cb, void *ctx);
+ONCE_API int once_event_insert_async(once_store *store, const once_event_in *ev, int *inserted, once_cb cb, void *ctx);
 
 /* Claims up to max pending events of source that are due (next_at <= now)
  * and not held by a live claim, oldest first: each gets attempt + 1, a new
  * receipt and claim_until = now + lease_ms. Two claimers never get the same
  * event while its claim lives. */
-int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out);
+ONCE_API int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out);
 
 /* Settles the claim with receipt: delivered. ONCE_ESTALE when the receipt is
  * not the event's current one (it was claimed again); ONCE_ENOTFOUND when
  * the event is gone. Repeating an ack of a delivered event is 0. */
-int once_event_ack(once_store *store, const char *source, const char *receipt);
+ONCE_API int once_event_ack(once_store *store, const char *source, const char *receipt);
 
 /* Ends the claim with receipt without delivery: pending again after
  * delay_ms, or dead when dead is set; error (may be NULL) is kept. Errors as
  * once_event_ack. */
-int once_event_retry(once_store *store, const char *source, const char *receipt, int64_t delay_ms, int dead,
+ONCE_API int once_event_retry(once_store *store, const char *source, const char *receipt, int64_t delay_ms, int dead,
                      const char *error);
 
 /* One event, or ONCE_ENOTFOUND. */
-int once_event_get(once_store *store, const char *source, const char *event_id, once_event *out);
+ONCE_API int once_event_get(once_store *store, const char *source, const char *event_id, once_event *out);
 
 typedef struct once_event_list_req {
     const char *source;       /* NULL = any */
@@ -481,18 +493,18 @@ typedef struct once_event_list_req {
 } once_event_list_req;
 
 /* A page of events in arrival order (bodies included), stable under inserts. */
-int once_list_events(once_store *store, const once_event_list_req *req, once_event_list *out);
+ONCE_API int once_list_events(once_store *store, const once_event_list_req *req, once_event_list *out);
 
 /* Makes the event pending and due now, whatever its state (a delivered or
  * dead event is delivered again); its attempt count goes on. */
-int once_event_redeliver(once_store *store, const char *source, const char *event_id);
+ONCE_API int once_event_redeliver(once_store *store, const char *source, const char *event_id);
 
 /* Deletes delivered and dead events whose retention ended at or before now. */
-int once_event_sweep(once_store *store, int64_t now, size_t *count);
+ONCE_API int once_event_sweep(once_store *store, int64_t now, size_t *count);
 
 /* ---- asynchronous variants --------------------------------------------- */
 
-/* For servers that must not block a thread on an fsync (DESIGN.md §5): the
+/* For servers that must not block a thread on an fsync (docs/architecture.md): the
  * operation joins the next group commit and cb runs once it is durable (or
  * failed), on a store thread, with rc and a detail (never NULL). cb must be
  * quick and must not call the blocking functions above. Everything the
@@ -506,28 +518,28 @@ int once_event_sweep(once_store *store, int64_t now, size_t *count);
  * queued: *out is filled before cb runs. An in-memory store has no read
  * connections: unless its replay cache answers, it queues (returns 0) and
  * answers through cb. */
-int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
+ONCE_API int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
                        void *ctx);
-int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,
                         const once_response *response, const char *provider_id, once_cb cb, void *ctx);
-int once_release_async(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_release_async(once_store *store, const char *scope, const char *key, const char *token,
                        const char *error, once_cb cb, void *ctx);
-int once_mark_unknown_async(once_store *store, const char *scope, const char *key, const char *token,
+ONCE_API int once_mark_unknown_async(once_store *store, const char *scope, const char *key, const char *token,
                             const char *error, once_cb cb, void *ctx);
 /* As once_renew; *lease_expires_at is set before cb runs. Renewals queued
  * together share one group commit. */
-int once_renew_async(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
+ONCE_API int once_renew_async(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
                      int64_t *lease_expires_at, once_cb cb, void *ctx);
 
 /* ---- helpers ----------------------------------------------------------- */
 
 /* Milliseconds since the epoch, wall clock. */
-int64_t once_now_ms(void);
+ONCE_API int64_t once_now_ms(void);
 
 /* SHA-256 over the canonical request (method, path, body), as 64 lower-case
  * hex characters and a NUL in out. Fields are length-prefixed, so no two
  * different requests share the canonical form. 0 or ONCE_EINVAL/ONCE_ENOMEM. */
-int once_fingerprint(const char *method, const char *path, const uint8_t *body, size_t body_len,
+ONCE_API int once_fingerprint(const char *method, const char *path, const uint8_t *body, size_t body_len,
                      char out[65]);
 
 #ifdef __cplusplus

@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "common/hex.h"
+#include "common/timefmt.h"
+#include "common/utf8.h"
 #include "cli/cli.h"
 #include "json/action_json.h"
 
@@ -15,7 +20,6 @@
  * stands for. */
 static size_t table_escape_char(const uint8_t *p, size_t n, char out[8], size_t *olen)
 {
-    static const char hex[] = "0123456789abcdef";
     uint8_t b = p[0];
     if (b >= 0x20 && b < 0x7f) {
         out[0] = (char)b;
@@ -28,20 +32,20 @@ static size_t table_escape_char(const uint8_t *p, size_t n, char out[8], size_t 
         *olen = 2;
         return 1;
     }
-    size_t l = b < 0x80 ? 0 : json_utf8_seq_len(p, n);
+    size_t l = b < 0x80 ? 0 : utf8_seq_len(p, n);
     if (l == 2 && b == 0xc2 && p[1] < 0xa0) {
         /* C1 controls: 0x9b alone is a CSI on many terminals. */
         memcpy(out, "\\u00", 4);
-        out[4] = hex[p[1] >> 4];
-        out[5] = hex[p[1] & 0xf];
+        out[4] = hex_digit(p[1] >> 4, 0);
+        out[5] = hex_digit(p[1], 0);
         *olen = 6;
         return 2;
     }
     if (l == 0) {
         out[0] = '\\';
         out[1] = 'x';
-        out[2] = hex[b >> 4];
-        out[3] = hex[b & 0xf];
+        out[2] = hex_digit(b >> 4, 0);
+        out[3] = hex_digit(b, 0);
         *olen = 4;
         return 1;
     }
@@ -87,9 +91,62 @@ const char *cli_format_time(int64_t ms, char *buf, size_t len)
 {
     if (ms == 0)
         snprintf(buf, len, "-");
-    else if (json_time_format(ms, buf, len) != ONCE_OK)
+    else if (timefmt_rfc3339(ms, buf, len) != 0)
         snprintf(buf, len, "%lld", (long long)ms);
     return buf;
+}
+
+/* `once show` and `once hooks show` print records the same way, so a
+ * field looks alike in both. */
+int cli_print_field(const char *name, const char *value, size_t len, size_t max)
+{
+    if (value == NULL) {
+        printf("%s: -\n", name);
+        return ONCE_OK;
+    }
+    char *e = cli_escape_dup(value, len, max);
+    if (e == NULL)
+        return ONCE_ENOMEM;
+    printf("%s: %s\n", name, e);
+    free(e);
+    return ONCE_OK;
+}
+
+/* Most fields are short strings that a person wants whole. */
+int cli_print_text(const char *name, const char *value)
+{
+    return cli_print_field(name, value, value != NULL ? strlen(value) : 0, 0);
+}
+
+/* Times read the same in every record: RFC 3339, "-" when unset. */
+void cli_print_time(const char *name, int64_t ms)
+{
+    char buf[32];
+    printf("%s: %s\n", name, cli_format_time(ms, buf, sizeof buf));
+}
+
+/* The JSON forms of show and of the listings' rows differ only in the
+ * record's builder, the layout and what goes before; the record is built
+ * first so a failed build prints nothing. */
+int cli_print_json(const void *rec, cli_json_fn build, const char *lead, size_t flags)
+{
+    json_t *j = NULL;
+    int rc = build(rec, &j);
+    if (rc != ONCE_OK)
+        return rc;
+    fputs(lead, stdout);
+    int w = json_dumpf(j, stdout, flags);
+    json_decref(j);
+    return w == 0 ? ONCE_OK : ONCE_ENOMEM;
+}
+
+/* A record on its own is read by a person: indented, one member a line. */
+int cli_print_json_record(const void *rec, cli_json_fn build)
+{
+    int rc = cli_print_json(rec, build, "", JSON_INDENT(2));
+    if (rc == ONCE_OK)
+        fputc('\n', stdout);
+    return rc;
 }
 
 struct cli_table {

@@ -13,6 +13,8 @@
 
 /* Enough of a user-supplied string to recognise it in a message. */
 #define CLI_QUOTE_MAX 80
+/* Enough of a bad --limit value to recognise it. */
+#define CLI_LIMIT_QUOTE_MAX 64
 /* Enough of a libonce error detail; they are short sentences. */
 #define CLI_DETAIL_MAX 512
 
@@ -121,6 +123,31 @@ int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
             return c;
         }
     }
+}
+
+/* Strictly digits, in range: "10x", "+5", " 5" and "1e3" are all mistakes
+ * worth reporting rather than guessing at. No more characters than max has
+ * digits, so the value cannot overflow (leading zeros within that count). */
+int cli_parse_limit(const cli_command *cmd, const char *s, size_t max, size_t *out)
+{
+    size_t digits = 1;
+    for (size_t m = max; m >= 10; m /= 10)
+        digits++;
+    size_t v = 0;
+    int ok = s[0] != '\0' && strlen(s) <= digits;
+    for (const char *p = s; ok && *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            ok = 0;
+        else
+            v = v * 10 + (size_t)(*p - '0');
+    }
+    if (ok && v >= 1 && v <= max) {
+        *out = v;
+        return CLI_EXIT_OK;
+    }
+    char q[CLI_LIMIT_QUOTE_MAX + 1];
+    return cli_fail_usage(cmd, "--limit must be an integer from 1 to %zu, not '%s'", max,
+                          cli_quote(s, q, sizeof q));
 }
 
 void cli_print_command_help(const cli_command *cmd, FILE *out)

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "common/utf8.h"
 #include "cli/cli.h"
 #include "json/action_json.h"
 #include "json/event_json.h"
@@ -95,24 +96,6 @@ static const cli_command *const hooks_subcommands[] = {
 #define HOOKS_NSUB (sizeof hooks_subcommands / sizeof hooks_subcommands[0])
 
 /* ---- operands ---------------------------------------------------------- */
-
-/* Strictly digits, in range, as `once ls --limit`: "10x", "+5" and "1e3"
- * are mistakes worth reporting rather than guessing at. */
-static int hooks_parse_limit(const char *s, size_t *out)
-{
-    if (s[0] == '\0' || strlen(s) > 6)
-        return -1;
-    size_t v = 0;
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        v = v * 10 + (size_t)(*p - '0');
-    }
-    if (v < 1 || v > HOOKS_LIMIT_MAX)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 /* "once: invalid WHAT 'VALUE': invalid argument: WHY", the shape
  * cli_fail_once gives scopes and keys. Returns CLI_EXIT_USAGE. */
@@ -204,8 +187,40 @@ static int hooks_fail_event(int rc, const char *doing, const char *source, const
 
 /* ---- hooks ls ---------------------------------------------------------- */
 
-static int hooks_table_add(cli_table *t, const once_event *e)
+/* What hooks ls reads: its filters and the page in hand. */
+typedef struct hooks_list {
+    const char *source;
+    once_event_state state;
+    once_event_list page;
+} hooks_list;
+
+/* A page of events after cursor, with the command's filters. */
+static int hooks_fetch(once_store *store, void *list, const char *cursor, size_t limit, cli_page *page)
 {
+    hooks_list *hl = list;
+    once_event_list_req req = {
+        .source = hl->source,
+        .state = hl->state,
+        .limit = limit,
+        .cursor = cursor,
+    };
+    hl->page = (once_event_list){0};
+    int rc = once_list_events(store, &req, &hl->page);
+    if (rc == ONCE_OK)
+        *page = (cli_page){hl->page.items, hl->page.count, sizeof *hl->page.items, hl->page.next};
+    return rc;
+}
+
+/* Pages carry bodies: each is freed once its rows are out. */
+static void hooks_free_page(void *list)
+{
+    once_event_list_free(&((hooks_list *)list)->page);
+}
+
+/* One row: no body, and the error cut so that the row stays one line. */
+static int hooks_table_add(cli_table *t, const void *row)
+{
+    const once_event *e = row;
     char attempt[24];
     char received[32];
     snprintf(attempt, sizeof attempt, "%lld", (long long)e->attempt);
@@ -229,17 +244,24 @@ static int hooks_table_add(cli_table *t, const once_event *e)
     return rc;
 }
 
-static int hooks_json_print(const once_event *e, int first)
+/* The record of `hooks show --json`, used for its rows and for show. */
+static int hooks_to_json(const void *row, json_t **out)
 {
-    json_t *j = NULL;
-    int rc = event_json_from(e, 0, &j);
-    if (rc != ONCE_OK)
-        return rc;
-    fputs(first ? "\n  " : ",\n  ", stdout);
-    int w = json_dumpf(j, stdout, JSON_COMPACT);
-    json_decref(j);
-    return w == 0 ? ONCE_OK : ONCE_ENOMEM;
+    return event_json_from(row, 0, out);
 }
+
+static const char *const hooks_head[6] = {"SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"};
+
+static const cli_lister hooks_lister = {
+    .what = "events",
+    .ncols = 6,
+    .head = hooks_head,
+    .page_max = HOOKS_PAGE,
+    .fetch = hooks_fetch,
+    .table_add = hooks_table_add,
+    .to_json = hooks_to_json,
+    .free_page = hooks_free_page,
+};
 
 static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
 {
@@ -253,8 +275,7 @@ static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const cli_command *cmd = &hooks_cmd_ls;
-    once_event_state state = 0;
-    const char *source = NULL;
+    hooks_list list = {0};
     size_t limit = HOOKS_LIMIT_DEFAULT;
     int json = 0;
     int c;
@@ -266,10 +287,10 @@ static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
             cli_print_command_help(cmd, stdout);
             return cli_finish_stdout(CLI_EXIT_OK);
         case HOOKS_OPT_SOURCE:
-            source = optarg;
+            list.source = optarg;
             break;
         case HOOKS_OPT_STATUS:
-            if (once_event_state_parse(optarg, &state) != ONCE_OK) {
+            if (once_event_state_parse(optarg, &list.state) != ONCE_OK) {
                 char *q = cli_escape_dup(optarg, strlen(optarg), HOOKS_QUOTE_MAX);
                 cli_fail_usage(cmd, "unknown status '%s' (expected pending, delivered or dead)",
                                q != NULL ? q : "?");
@@ -278,13 +299,8 @@ static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case HOOKS_OPT_LIMIT:
-            if (hooks_parse_limit(optarg, &limit) != 0) {
-                char *q = cli_escape_dup(optarg, strlen(optarg), HOOKS_QUOTE_MAX);
-                cli_fail_usage(cmd, "--limit must be an integer from 1 to %d, not '%s'", HOOKS_LIMIT_MAX,
-                               q != NULL ? q : "?");
-                free(q);
+            if (cli_parse_limit(cmd, optarg, HOOKS_LIMIT_MAX, &limit) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            }
             break;
         case HOOKS_OPT_JSON:
             json = 1;
@@ -299,137 +315,38 @@ static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
         free(q);
         return CLI_EXIT_USAGE;
     }
-    if (source != NULL && hooks_check_source(source) != CLI_EXIT_OK)
+    if (list.source != NULL && hooks_check_source(list.source) != CLI_EXIT_OK)
         return CLI_EXIT_USAGE;
 
-    once_store *store = NULL;
-    int code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
-
-    cli_table *table = NULL;
-    if (!json) {
-        table = cli_table_new(6);
-        static const char *const head[6] = {"SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"};
-        if (table == NULL || cli_table_add_row(table, head) != ONCE_OK) {
-            cli_print_error("out of memory");
-            cli_table_free(table);
-            once_store_close(store);
-            return CLI_EXIT_STORE;
-        }
-    }
-
-    /* The JSON array streams out page by page, so a store error found on a
-     * later page would leave half an array behind: the opening bracket
-     * waits for the first page to have been read. */
-    char cursor[ONCE_CURSOR_MAX] = "";
-    size_t left = limit;
-    size_t shown = 0;
-    int opened = 0;
-    code = CLI_EXIT_OK;
-    while (left > 0) {
-        once_event_list_req req = {
-            .source = source,
-            .state = state,
-            .limit = left < HOOKS_PAGE ? left : HOOKS_PAGE,
-            .cursor = cursor,
-        };
-        once_event_list page = {0};
-        int rc = once_list_events(store, &req, &page);
-        if (rc != ONCE_OK) {
-            code = cli_fail_once(rc, "cannot list events");
-            break;
-        }
-        if (json && !opened) {
-            fputs("[", stdout);
-            opened = 1;
-        }
-        for (size_t i = 0; i < page.count && left > 0 && rc == ONCE_OK; i++, left--) {
-            if (json)
-                rc = hooks_json_print(&page.items[i], shown == 0);
-            else
-                rc = hooks_table_add(table, &page.items[i]);
-            shown++;
-        }
-        if (rc != ONCE_OK) {
-            once_event_list_free(&page);
-            cli_print_error("cannot format events: %s", once_strerror(rc));
-            code = CLI_EXIT_STORE;
-            break;
-        }
-        /* An empty page with a cursor would loop forever: treat as the end. */
-        int more = page.next[0] != '\0' && page.count > 0;
-        snprintf(cursor, sizeof cursor, "%s", page.next);
-        once_event_list_free(&page);
-        if (!more)
-            break;
-    }
-    once_store_close(store);
-
-    if (json) {
-        if (opened)
-            fputs(shown > 0 ? "\n]\n" : "]\n", stdout);
-    } else {
-        if (code == CLI_EXIT_OK)
-            cli_table_print(table, stdout);
-        cli_table_free(table);
-    }
-    return cli_finish_stdout(code);
+    return cli_list_run(ctx, &hooks_lister, &list, limit, json);
 }
 
 /* ---- hooks show -------------------------------------------------------- */
-
-/* Prints "name: value" with value escaped (and cut when max > 0); "-" for
- * NULL. 0 or ONCE_ENOMEM. */
-static int hooks_print_field(const char *name, const char *value, size_t len, size_t max)
-{
-    if (value == NULL) {
-        printf("%s: -\n", name);
-        return ONCE_OK;
-    }
-    char *e = cli_escape_dup(value, len, max);
-    if (e == NULL)
-        return ONCE_ENOMEM;
-    printf("%s: %s\n", name, e);
-    free(e);
-    return ONCE_OK;
-}
-
-static int hooks_print_text(const char *name, const char *value)
-{
-    return hooks_print_field(name, value, value != NULL ? strlen(value) : 0, 0);
-}
-
-static void hooks_print_time(const char *name, int64_t ms)
-{
-    char buf[32];
-    printf("%s: %s\n", name, cli_format_time(ms, buf, sizeof buf));
-}
 
 /* The field: value form, for people: every time (claim_until too, which
  * tells whether a consumer holds the event right now), then a preview of
  * the headers and body. A binary body is not dumped onto a terminal. */
 static int hooks_print_event(const once_event *e)
 {
-    int rc = hooks_print_text("source", e->source);
+    int rc = cli_print_text("source", e->source);
     if (rc == ONCE_OK)
-        rc = hooks_print_text("event_id", e->event_id);
+        rc = cli_print_text("event_id", e->event_id);
     if (rc != ONCE_OK)
         return rc;
     const char *state = once_event_state_name(e->state);
     printf("state: %s\n", state != NULL ? state : "?");
     printf("attempt: %lld\n", (long long)e->attempt);
-    hooks_print_time("received_at", e->received_at);
-    hooks_print_time("updated_at", e->updated_at);
-    hooks_print_time("next_at", e->next_at);
-    hooks_print_time("claim_until", e->claim_until);
-    hooks_print_time("delivered_at", e->delivered_at);
-    hooks_print_time("expires_at", e->expires_at);
-    rc = hooks_print_text("content_type", e->content_type);
+    cli_print_time("received_at", e->received_at);
+    cli_print_time("updated_at", e->updated_at);
+    cli_print_time("next_at", e->next_at);
+    cli_print_time("claim_until", e->claim_until);
+    cli_print_time("delivered_at", e->delivered_at);
+    cli_print_time("expires_at", e->expires_at);
+    rc = cli_print_text("content_type", e->content_type);
     if (rc == ONCE_OK)
-        rc = hooks_print_text("error", e->error);
+        rc = cli_print_text("error", e->error);
     if (rc == ONCE_OK)
-        rc = hooks_print_field("headers", e->headers, e->headers_len, HOOKS_PREVIEW_MAX);
+        rc = cli_print_field("headers", e->headers, e->headers_len, HOOKS_PREVIEW_MAX);
     if (rc != ONCE_OK)
         return rc;
     if (e->body == NULL) {
@@ -437,23 +354,9 @@ static int hooks_print_event(const once_event *e)
         return ONCE_OK;
     }
     printf("body_bytes: %zu\n", e->body_len);
-    if (json_utf8_check(e->body, e->body_len))
-        return hooks_print_field("body", (const char *)e->body, e->body_len, HOOKS_PREVIEW_MAX);
+    if (utf8_valid(e->body, e->body_len))
+        return cli_print_field("body", (const char *)e->body, e->body_len, HOOKS_PREVIEW_MAX);
     fputs("body: (binary; see --json for body_base64)\n", stdout);
-    return ONCE_OK;
-}
-
-static int hooks_print_json(const once_event *e)
-{
-    json_t *j = NULL;
-    int rc = event_json_from(e, 0, &j);
-    if (rc != ONCE_OK)
-        return rc;
-    int w = json_dumpf(j, stdout, JSON_INDENT(2));
-    json_decref(j);
-    if (w != 0)
-        return ONCE_ENOMEM;
-    fputc('\n', stdout);
     return ONCE_OK;
 }
 
@@ -501,7 +404,7 @@ static int hooks_show_run(cli_ctx *ctx, int argc, char **argv)
     }
     once_store_close(store);
 
-    rc = json ? hooks_print_json(&e) : hooks_print_event(&e);
+    rc = json ? cli_print_json_record(&e, hooks_to_json) : hooks_print_event(&e);
     once_event_free(&e);
     if (rc != ONCE_OK) {
         cli_print_error("cannot format the event: %s", once_strerror(rc));

@@ -1,7 +1,8 @@
 /*
  * cmd_ls.c — `once ls`: lists actions in creation order, optionally only
  * those of one state or scope, as a table or as a JSON array. It follows the
- * ledger's pages itself, so --limit is the number of records, not of pages.
+ * ledger's pages itself (cli_list.c), so --limit is the number of records,
+ * not of pages.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,26 +34,40 @@ const cli_command cli_cmd_ls = {
             "  --json       a JSON array of records instead of a table\n",
 };
 
-/* Strictly digits, in range: "10x", "+5", " 5" and "1e3" are all mistakes
- * worth reporting rather than guessing at. */
-static int ls_parse_limit(const char *s, size_t *out)
+/* What ls reads: its filters and the page in hand. */
+typedef struct ls_list {
+    once_state state;
+    const char *scope;
+    once_action_list page;
+} ls_list;
+
+/* A page of actions after cursor, with the command's filters. */
+static int ls_fetch(once_store *store, void *list, const char *cursor, size_t limit, cli_page *page)
 {
-    if (s[0] == '\0' || strlen(s) > 6)
-        return -1;
-    size_t v = 0;
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        v = v * 10 + (size_t)(*p - '0');
-    }
-    if (v < 1 || v > LS_LIMIT_MAX)
-        return -1;
-    *out = v;
-    return 0;
+    ls_list *ls = list;
+    once_list_req req = {
+        .state = ls->state,
+        .scope = ls->scope,
+        .limit = limit,
+        .cursor = cursor,
+    };
+    ls->page = (once_action_list){0};
+    int rc = once_list(store, &req, &ls->page);
+    if (rc == ONCE_OK)
+        *page = (cli_page){ls->page.items, ls->page.count, sizeof *ls->page.items, ls->page.next};
+    return rc;
 }
 
-static int ls_table_add(cli_table *t, const once_action *a)
+/* The lister frees each page once its rows are out. */
+static void ls_free_page(void *list)
 {
+    once_action_list_free(&((ls_list *)list)->page);
+}
+
+/* One row: the columns an operator scans for; the rest is in `once show`. */
+static int ls_table_add(cli_table *t, const void *row)
+{
+    const once_action *a = row;
     char attempt[24];
     char updated[32];
     snprintf(attempt, sizeof attempt, "%lld", (long long)a->attempt);
@@ -67,17 +82,24 @@ static int ls_table_add(cli_table *t, const once_action *a)
     return cli_table_add_row(t, cells);
 }
 
-static int ls_json_print(const once_action *a, int first)
+/* The JSON row is the record `once show --json` prints. */
+static int ls_to_json(const void *row, json_t **out)
 {
-    json_t *j = NULL;
-    int rc = action_json_from(a, &j);
-    if (rc != ONCE_OK)
-        return rc;
-    fputs(first ? "\n  " : ",\n  ", stdout);
-    int w = json_dumpf(j, stdout, JSON_COMPACT);
-    json_decref(j);
-    return w == 0 ? ONCE_OK : ONCE_ENOMEM;
+    return action_json_from(row, out);
 }
+
+static const char *const ls_head[6] = {"SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"};
+
+static const cli_lister ls_lister = {
+    .what = "actions",
+    .ncols = 6,
+    .head = ls_head,
+    .page_max = LS_PAGE,
+    .fetch = ls_fetch,
+    .table_add = ls_table_add,
+    .to_json = ls_to_json,
+    .free_page = ls_free_page,
+};
 
 static int ls_run(cli_ctx *ctx, int argc, char **argv)
 {
@@ -90,8 +112,7 @@ static int ls_run(cli_ctx *ctx, int argc, char **argv)
         {"help", no_argument, NULL, CLI_OPT_HELP},
         {NULL, 0, NULL, 0},
     };
-    once_state state = 0;
-    const char *scope = NULL;
+    ls_list list = {0};
     size_t limit = LS_LIMIT_DEFAULT;
     int json = 0;
     int c;
@@ -103,7 +124,7 @@ static int ls_run(cli_ctx *ctx, int argc, char **argv)
             cli_print_command_help(&cli_cmd_ls, stdout);
             return cli_finish_stdout(CLI_EXIT_OK);
         case LS_OPT_STATUS:
-            if (once_state_parse(optarg, &state) != ONCE_OK) {
+            if (once_state_parse(optarg, &list.state) != ONCE_OK) {
                 char *q = cli_escape_dup(optarg, strlen(optarg), 64);
                 cli_fail_usage(&cli_cmd_ls,
                                "unknown status '%s' (expected pending, completed, released, "
@@ -114,16 +135,11 @@ static int ls_run(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case LS_OPT_SCOPE:
-            scope = optarg;
+            list.scope = optarg;
             break;
         case LS_OPT_LIMIT:
-            if (ls_parse_limit(optarg, &limit) != 0) {
-                char *q = cli_escape_dup(optarg, strlen(optarg), 64);
-                cli_fail_usage(&cli_cmd_ls, "--limit must be an integer from 1 to %d, not '%s'",
-                               LS_LIMIT_MAX, q != NULL ? q : "?");
-                free(q);
+            if (cli_parse_limit(&cli_cmd_ls, optarg, LS_LIMIT_MAX, &limit) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            }
             break;
         case LS_OPT_JSON:
             json = 1;
@@ -138,8 +154,8 @@ static int ls_run(cli_ctx *ctx, int argc, char **argv)
         free(q);
         return CLI_EXIT_USAGE;
     }
-    if (scope != NULL && once_scope_validate(scope) != ONCE_OK) {
-        char *q = cli_escape_dup(scope, strlen(scope), 64);
+    if (list.scope != NULL && once_scope_validate(list.scope) != ONCE_OK) {
+        char *q = cli_escape_dup(list.scope, strlen(list.scope), 64);
         char what[96];
         snprintf(what, sizeof what, "invalid scope '%s'", q != NULL ? q : "?");
         free(q);
@@ -147,71 +163,5 @@ static int ls_run(cli_ctx *ctx, int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
 
-    once_store *store = NULL;
-    int code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
-
-    cli_table *table = NULL;
-    if (!json) {
-        table = cli_table_new(6);
-        static const char *const head[6] = {"SCOPE",   "KEY",     "STATE",
-                                            "ATTEMPT", "UPDATED", "PROVIDER_ID"};
-        if (table == NULL || cli_table_add_row(table, head) != ONCE_OK) {
-            cli_print_error("out of memory");
-            cli_table_free(table);
-            once_store_close(store);
-            return CLI_EXIT_STORE;
-        }
-    } else {
-        fputs("[", stdout);
-    }
-
-    char cursor[ONCE_CURSOR_MAX] = "";
-    size_t left = limit;
-    size_t shown = 0;
-    code = CLI_EXIT_OK;
-    while (left > 0) {
-        once_list_req req = {
-            .state = state,
-            .scope = scope,
-            .limit = left < LS_PAGE ? left : LS_PAGE,
-            .cursor = cursor,
-        };
-        once_action_list page = {0};
-        int rc = once_list(store, &req, &page);
-        if (rc != ONCE_OK) {
-            code = cli_fail_once(rc, "cannot list actions");
-            break;
-        }
-        for (size_t i = 0; i < page.count && left > 0 && rc == ONCE_OK; i++, left--) {
-            if (json)
-                rc = ls_json_print(&page.items[i], shown == 0);
-            else
-                rc = ls_table_add(table, &page.items[i]);
-            shown++;
-        }
-        if (rc != ONCE_OK) {
-            once_action_list_free(&page);
-            cli_print_error("cannot format actions: %s", once_strerror(rc));
-            code = CLI_EXIT_STORE;
-            break;
-        }
-        /* An empty page with a cursor would loop forever: treat as the end. */
-        int more = page.next[0] != '\0' && page.count > 0;
-        snprintf(cursor, sizeof cursor, "%s", page.next);
-        once_action_list_free(&page);
-        if (!more)
-            break;
-    }
-    once_store_close(store);
-
-    if (json) {
-        fputs(shown > 0 ? "\n]\n" : "]\n", stdout);
-    } else {
-        if (code == CLI_EXIT_OK)
-            cli_table_print(table, stdout);
-        cli_table_free(table);
-    }
-    return cli_finish_stdout(code);
+    return cli_list_run(ctx, &ls_lister, &list, limit, json);
 }

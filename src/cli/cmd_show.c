@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "common/utf8.h"
 #include "cli/cli.h"
 #include "json/action_json.h"
 
@@ -26,33 +27,6 @@ const cli_command cli_cmd_show = {
             "  --json   the JSON record instead of field: value lines\n",
 };
 
-/* Prints "name: value" with value escaped (and cut when max > 0); "-" for
- * NULL. 0 or ONCE_ENOMEM. */
-static int show_print_field(const char *name, const char *value, size_t len, size_t max)
-{
-    if (value == NULL) {
-        printf("%s: -\n", name);
-        return ONCE_OK;
-    }
-    char *e = cli_escape_dup(value, len, max);
-    if (e == NULL)
-        return ONCE_ENOMEM;
-    printf("%s: %s\n", name, e);
-    free(e);
-    return ONCE_OK;
-}
-
-static int show_print_text(const char *name, const char *value)
-{
-    return show_print_field(name, value, value != NULL ? strlen(value) : 0, 0);
-}
-
-static void show_print_time(const char *name, int64_t ms)
-{
-    char buf[32];
-    printf("%s: %s\n", name, cli_format_time(ms, buf, sizeof buf));
-}
-
 static int show_print_response(const once_action *a)
 {
     if (!a->has_response) {
@@ -66,11 +40,11 @@ static int show_print_response(const once_action *a)
         printf("response: status %d, no body\n", r->status);
     int rc = ONCE_OK;
     if (r->headers != NULL)
-        rc = show_print_field("headers", r->headers, r->headers_len, SHOW_PREVIEW_MAX);
+        rc = cli_print_field("headers", r->headers, r->headers_len, SHOW_PREVIEW_MAX);
     if (rc != ONCE_OK || r->body == NULL)
         return rc;
-    if (json_utf8_check(r->body, r->body_len))
-        return show_print_field("body", (const char *)r->body, r->body_len, SHOW_PREVIEW_MAX);
+    if (utf8_valid(r->body, r->body_len))
+        return cli_print_field("body", (const char *)r->body, r->body_len, SHOW_PREVIEW_MAX);
     fputs("body: (binary; see --json for body_base64)\n", stdout);
     return ONCE_OK;
 }
@@ -79,23 +53,23 @@ static int show_print_action(const once_action *a)
 {
     char attempt[24];
     snprintf(attempt, sizeof attempt, "%lld", (long long)a->attempt);
-    int rc = show_print_text("scope", a->scope);
+    int rc = cli_print_text("scope", a->scope);
     if (rc == ONCE_OK)
-        rc = show_print_text("key", a->key);
+        rc = cli_print_text("key", a->key);
     if (rc != ONCE_OK)
         return rc;
     const char *state = once_state_name(a->state);
     printf("state: %s\n", state != NULL ? state : "?");
     printf("attempt: %s\n", attempt);
-    show_print_time("created_at", a->created_at);
-    show_print_time("updated_at", a->updated_at);
-    show_print_time("lease_expires_at", a->lease_expires_at);
-    show_print_time("expires_at", a->expires_at);
-    rc = show_print_text("fingerprint", a->fingerprint);
+    cli_print_time("created_at", a->created_at);
+    cli_print_time("updated_at", a->updated_at);
+    cli_print_time("lease_expires_at", a->lease_expires_at);
+    cli_print_time("expires_at", a->expires_at);
+    rc = cli_print_text("fingerprint", a->fingerprint);
     if (rc == ONCE_OK && a->request)
-        rc = show_print_field("request", (const char *)a->request, a->request_len, SHOW_PREVIEW_MAX);
+        rc = cli_print_field("request", (const char *)a->request, a->request_len, SHOW_PREVIEW_MAX);
     if (rc == ONCE_OK)
-        rc = show_print_text("provider_id", a->provider_id);
+        rc = cli_print_text("provider_id", a->provider_id);
     /* A settled action keeps the error that made it unknown (or held):
      * history, which the line says, not its state. */
     int settled = a->state == ONCE_STATE_COMPLETED || a->state == ONCE_STATE_RELEASED;
@@ -106,10 +80,10 @@ static int show_print_action(const once_action *a)
         printf("error: %s (before it was %s)\n", e, once_state_name(a->state));
         free(e);
     } else if (rc == ONCE_OK) {
-        rc = show_print_text("error", a->error);
+        rc = cli_print_text("error", a->error);
     }
     if (rc == ONCE_OK)
-        rc = show_print_text("note", a->note);
+        rc = cli_print_text("note", a->note);
     if (rc == ONCE_OK && a->lookups)
         printf("lookups: %lld\n", (long long)a->lookups);
     /* The reconciliation trail, one step per line, as the operator needs it
@@ -128,18 +102,10 @@ static int show_print_action(const once_action *a)
     return rc;
 }
 
-static int show_print_json(const once_action *a)
+/* action_json_from as a cli_json_fn. */
+static int show_to_json(const void *a, json_t **out)
 {
-    json_t *j = NULL;
-    int rc = action_json_from(a, &j);
-    if (rc != ONCE_OK)
-        return rc;
-    int w = json_dumpf(j, stdout, JSON_INDENT(2));
-    json_decref(j);
-    if (w != 0)
-        return ONCE_ENOMEM;
-    fputc('\n', stdout);
-    return ONCE_OK;
+    return action_json_from(a, out);
 }
 
 static int show_run(cli_ctx *ctx, int argc, char **argv)
@@ -196,7 +162,7 @@ static int show_run(cli_ctx *ctx, int argc, char **argv)
     }
     once_store_close(store);
 
-    rc = json ? show_print_json(&a) : show_print_action(&a);
+    rc = json ? cli_print_json_record(&a, show_to_json) : show_print_action(&a);
     once_action_free(&a);
     if (rc != ONCE_OK) {
         cli_print_error("cannot format the action: %s", once_strerror(rc));

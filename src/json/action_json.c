@@ -6,6 +6,9 @@
  */
 #include "json/action_json.h"
 
+#include "common/timefmt.h"
+#include "common/utf8.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,87 +21,13 @@
  * groups keeps any body size safe and the output identical to one call. */
 #define JSON_B64_CHUNK ((size_t)3 * 16384)
 
-int json_time_format(int64_t ms, char *buf, size_t len)
-{
-    if (buf == NULL || len < JSON_TIME_LEN)
-        return ONCE_EINVAL;
-    /* Floor division, so times before 1970 still get a 0..999 fraction. */
-    int64_t secs = ms / 1000;
-    int64_t frac = ms % 1000;
-    if (frac < 0) {
-        frac += 1000;
-        secs -= 1;
-    }
-    time_t t = (time_t)secs;
-    if ((int64_t)t != secs)
-        return ONCE_EINVAL;
-    struct tm tm;
-    if (gmtime_r(&t, &tm) == NULL)
-        return ONCE_EINVAL;
-    long year = (long)tm.tm_year + 1900L;
-    if (year < 0 || year > 9999)
-        return ONCE_EINVAL;
-    int n = snprintf(buf, len, "%04ld-%02d-%02dT%02d:%02d:%02d.%03dZ", year, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)frac);
-    if (n < 0 || (size_t)n >= len)
-        return ONCE_EINVAL;
-    return ONCE_OK;
-}
-
-size_t json_utf8_seq_len(const uint8_t *p, size_t n)
-{
-    uint8_t b0 = p[0];
-    if (b0 < 0x80)
-        return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-    if (b0 >= 0xc2 && b0 <= 0xdf) {
-        need = 2;
-    } else if (b0 >= 0xe0 && b0 <= 0xef) {
-        need = 3;
-        if (b0 == 0xe0)
-            lo = 0xa0; /* overlong */
-        else if (b0 == 0xed)
-            hi = 0x9f; /* UTF-16 surrogates */
-    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
-        need = 4;
-        if (b0 == 0xf0)
-            lo = 0x90; /* overlong */
-        else if (b0 == 0xf4)
-            hi = 0x8f; /* above U+10FFFF */
-    } else {
-        return 0; /* continuation byte, 0xc0/0xc1 overlongs, 0xf5.. */
-    }
-    if (n < need)
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < need; i++) {
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    }
-    return need;
-}
-
-int json_utf8_check(const uint8_t *p, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        size_t l = json_utf8_seq_len(p + i, n - i);
-        if (l == 0)
-            return 0;
-        i += l;
-    }
-    return 1;
-}
-
 /* A JSON string of s[0..len), with each byte that is not part of well-formed
  * UTF-8 replaced by U+FFFD, so a stray byte costs one character rather than
  * the whole field. NULL only when out of memory. */
 json_t *json_new_lossy(const char *s, size_t len)
 {
     const uint8_t *p = (const uint8_t *)s;
-    if (json_utf8_check(p, len))
+    if (utf8_valid(p, len))
         return json_stringn_nocheck(s, len);
     if (len > (SIZE_MAX - 1) / 3)
         return NULL;
@@ -108,7 +37,7 @@ json_t *json_new_lossy(const char *s, size_t len)
     size_t o = 0;
     size_t i = 0;
     while (i < len) {
-        size_t l = json_utf8_seq_len(p + i, len - i);
+        size_t l = utf8_seq_len(p + i, len - i);
         if (l == 0) {
             memcpy(buf + o, "\xef\xbf\xbd", 3);
             o += 3;
@@ -136,8 +65,8 @@ json_t *json_new_time(int64_t ms)
 {
     if (ms == 0)
         return json_null();
-    char buf[JSON_TIME_LEN];
-    if (json_time_format(ms, buf, sizeof buf) != ONCE_OK) {
+    char buf[TIMEFMT_LEN];
+    if (timefmt_rfc3339(ms, buf, sizeof buf) != 0) {
         /* Out of RFC 3339's range: keep the raw number rather than lie. */
         return json_integer((json_int_t)ms);
     }
@@ -186,6 +115,18 @@ json_t *json_new_blob(const char *headers, size_t len)
     return json_new_lossy(headers, len);
 }
 
+/* A body that is text is shown as text; anything else (images, protobuf,
+ * a stray Latin-1 byte) goes out exactly, as base64, under its own name so
+ * a reader never mistakes one for the other. */
+int json_put_body(json_t *obj, const uint8_t *body, size_t len)
+{
+    if (body == NULL)
+        return json_put(obj, "body", json_null());
+    if (utf8_valid(body, len))
+        return json_put(obj, "body", json_stringn_nocheck((const char *)body, len));
+    return json_put(obj, "body_base64", json_new_base64(body, len));
+}
+
 /* json_object_set_new steals value even when it fails, so a NULL value (an
  * allocation that failed) is the only case needing a check of its own. */
 int json_put(json_t *obj, const char *name, json_t *value)
@@ -211,14 +152,8 @@ static json_t *json_new_response(const once_action *a, int *rc)
     int e = json_put(obj, "status", json_integer(r->status));
     if (e == ONCE_OK)
         e = json_put(obj, "headers", json_new_blob(r->headers, r->headers_len));
-    if (e == ONCE_OK) {
-        if (r->body == NULL)
-            e = json_put(obj, "body", json_null());
-        else if (json_utf8_check(r->body, r->body_len))
-            e = json_put(obj, "body", json_stringn_nocheck((const char *)r->body, r->body_len));
-        else
-            e = json_put(obj, "body_base64", json_new_base64(r->body, r->body_len));
-    }
+    if (e == ONCE_OK)
+        e = json_put_body(obj, r->body, r->body_len);
     if (e != ONCE_OK) {
         json_decref(obj);
         *rc = e;

@@ -7,6 +7,7 @@
  * The value builders are action_json.c's, so an event's body and headers
  * look exactly like an action response's.
  */
+#include "common/utf8.h"
 #include "json/event_json.h"
 
 #include <stdint.h>
@@ -14,18 +15,6 @@
 #include <string.h>
 
 #include "json/action_json.h"
-
-/* A body that is text is shown as text; anything else (images, protobuf,
- * a stray Latin-1 byte) goes out exactly, as base64, under its own name so
- * a reader never mistakes one for the other. */
-static int evj_put_body(json_t *obj, const once_event *e)
-{
-    if (e->body == NULL)
-        return json_put(obj, "body", json_null());
-    if (json_utf8_check(e->body, e->body_len))
-        return json_put(obj, "body", json_stringn_nocheck((const char *)e->body, e->body_len));
-    return json_put(obj, "body_base64", json_new_base64(e->body, e->body_len));
-}
 
 int event_json_from(const once_event *e, int with_receipt, json_t **out)
 {
@@ -60,7 +49,7 @@ int event_json_from(const once_event *e, int with_receipt, json_t **out)
     if (rc == ONCE_OK)
         rc = json_put(obj, "headers", json_new_blob(e->headers, e->headers_len));
     if (rc == ONCE_OK)
-        rc = evj_put_body(obj, e);
+        rc = json_put_body(obj, e->body, e->body_len);
     if (rc == ONCE_OK)
         rc = json_put(obj, "error", json_new_text(e->error));
     if (rc == ONCE_OK && with_receipt) {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 
 static _Thread_local char detail[ONCE_DETAIL_MAX];
 

@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 #include "ledger/validate.h"
-#include "store/store.h"
 
 #define DEFAULT_EVENT_RETENTION_MS (7LL * 24 * 3600 * 1000)
 #define LIST_MAX 1000

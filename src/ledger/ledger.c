@@ -11,56 +11,22 @@
 #include <string.h>
 #include <time.h>
 
-#include "ledger/internal.h"
+#include "common/timefmt.h"
+#include "ledger/store.h"
 #include "ledger/replay_cache.h"
 #include "ledger/validate.h"
-#include "store/store.h"
 
 #define DEFAULT_RETENTION_MS (24LL * 3600 * 1000)
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 
-int once_global_init(void)
+int ledger_store_attach(once_store *store)
 {
-    sqlite_store_global_init();
-    return ONCE_OK;
-}
-
-static int store_open(const char *url, once_store **out);
-
-int once_store_open(const char *url, once_store **out)
-{
-    int rc = store_open(url, out);
-    if (rc < 0)
-        return rc;
-    if (replay_cache_new(&(*out)->replay) < 0) {
-        once_store_close(*out);
-        *out = NULL;
+    if (replay_cache_new(&store->replay) < 0) {
+        once_store_close(store);
         return once_fail(ONCE_ENOMEM, "store: out of memory");
     }
-    return rc;
-}
-
-static int store_open(const char *url, once_store **out)
-{
-    once_detail_clear();
-    if (!out)
-        return once_fail(ONCE_EINVAL, "store: out is NULL");
-    *out = NULL;
-    if (!url || !*url)
-        return once_fail(ONCE_EINVAL, "store: empty URL (try sqlite:once.db)");
-    if (strncmp(url, "sqlite:", 7) == 0) {
-        const char *path = url + 7;
-        if (!*path)
-            return once_fail(ONCE_EINVAL, "store: 'sqlite:' needs a path (sqlite:PATH or sqlite::memory:)");
-        return sqlite_store_open(path, out);
-    }
-    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0)
-        return pg_store_open(url, out);
-    char shown[96];
-    once_store_url_redact(url, shown, sizeof shown);
-    return once_fail(ONCE_EINVAL, "store: unknown URL scheme in '%.64s' (expected sqlite:PATH or postgres://...)",
-                     shown);
+    return ONCE_OK;
 }
 
 void once_store_close(once_store *store)
@@ -474,13 +440,10 @@ static int trail_line(const char *step, int64_t now, char *out, size_t len)
 {
     if (!step)
         return 0;
-    time_t secs = (time_t)(now / 1000);
-    struct tm tm;
-    if (!gmtime_r(&secs, &tm))
+    char t[TIMEFMT_LEN];
+    if (timefmt_rfc3339(now, t, sizeof t) != 0)
         return once_fail(ONCE_EINVAL, "reconcile: bad clock");
-    char t[32];
-    strftime(t, sizeof t, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, len, "%.20s.%03dZ %s", t, (int)(now % 1000), step);
+    snprintf(out, len, "%s %s", t, step);
     return 1;
 }
 

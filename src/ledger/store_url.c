@@ -1,12 +1,12 @@
 /*
  * store_url.c — store URLs as they may be shown: wherever a URL is printed
  * or logged (the gateway's start line, CLI errors), a PostgreSQL password
- * must not be (DESIGN.md §6).
+ * must not be (docs/security.md).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 
 /* Appends n bytes of s to out (cap with the NUL), cutting what does not fit. */
 static void put(char *out, size_t cap, size_t *len, const char *s, size_t n)

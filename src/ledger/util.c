@@ -8,7 +8,9 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "ledger/internal.h"
+#include "common/digest.h"
+#include "common/hex.h"
+#include "ledger/store.h"
 
 int64_t once_now_ms(void)
 {
@@ -26,16 +28,6 @@ void *once_memdup0(const void *src, size_t n)
         memcpy(p, src, n);
     p[n] = '\0';
     return p;
-}
-
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 /* Tokens fence attempts against each other, and anyone holding one can
@@ -65,16 +57,9 @@ int once_fingerprint(const char *method, const char *path, const uint8_t *body, 
     once_detail_clear();
     if (!method || !path || !out || (!body && body_len))
         return once_fail(ONCE_EINVAL, "fingerprint: method, path and out are required");
-    static EVP_MD *sha256;
-    /* Fetched once: implicit fetches take provider locks on every call. */
-    if (!sha256) {
-        EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
-        if (!md)
-            return once_fail(ONCE_ENOMEM, "fingerprint: SHA-256 unavailable");
-        EVP_MD *expected = NULL;
-        if (!__atomic_compare_exchange_n(&sha256, &expected, md, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            EVP_MD_free(md);
-    }
+    const EVP_MD *sha256 = digest_sha256();
+    if (!sha256)
+        return once_fail(ONCE_ENOMEM, "fingerprint: SHA-256 unavailable");
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx)
         return once_fail(ONCE_ENOMEM, "fingerprint: out of memory");

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 #include "ledger/validate.h"
 
 int once_key_validate(const char *key)
@@ -80,32 +80,6 @@ int validate_text(const char *what, const char *s, size_t max, int printable)
         }
     }
     return ONCE_OK;
-}
-
-static const char *const state_names[] = {
-    [ONCE_STATE_PENDING] = "pending",   [ONCE_STATE_COMPLETED] = "completed",
-    [ONCE_STATE_RELEASED] = "released", [ONCE_STATE_UNKNOWN] = "unknown",
-    [ONCE_STATE_HELD] = "held",
-};
-
-const char *once_state_name(once_state s)
-{
-    if ((int)s < ONCE_STATE_PENDING || (int)s > ONCE_STATE_HELD)
-        return NULL;
-    return state_names[s];
-}
-
-int once_state_parse(const char *name, once_state *out)
-{
-    if (!name || !out)
-        return once_fail(ONCE_EINVAL, "state: missing");
-    for (int s = ONCE_STATE_PENDING; s <= ONCE_STATE_HELD; s++) {
-        if (strcmp(name, state_names[s]) == 0) {
-            *out = (once_state)s;
-            return ONCE_OK;
-        }
-    }
-    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, completed, released, unknown or held", name);
 }
 
 const char *once_reserve_status_name(once_reserve_status s)

@@ -1,5 +1,5 @@
 /*
- * access.h — who may do what (DESIGN.md §6): bearer tokens and their roles,
+ * access.h — who may do what (docs/security.md): bearer tokens and their roles,
  * and the two checks that keep a browser from being used against the
  * gateway (a foreign Origin; a DNS-rebound Host). All decided from headers,
  * before a body byte is read.

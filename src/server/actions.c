@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "json/action_json.h"
-#include "ledger/key_template.h"
-#include "server/pct.h"
+#include "common/key_template.h"
+#include "common/pct.h"
 #include "server/server.h"
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
@@ -68,13 +68,6 @@ static void act_fail(req *r, int rc, const char *detail)
     }
 }
 
-static json_t *time_json(int64_t ms)
-{
-    char t[JSON_TIME_LEN];
-    if (ms == 0 || json_time_format(ms, t, sizeof t) < 0)
-        return json_null();
-    return json_string(t);
-}
 
 /* ---- JSON bodies ---------------------------------------------------------- */
 
@@ -154,7 +147,7 @@ static int member_name(act *a, int fenced)
     return 0;
 }
 
-/* The scopes of upstreams belong to the gateway (DESIGN.md §6): an agent
+/* The scopes of upstreams belong to the gateway (docs/security.md): an agent
  * that reserved or settled there could forge an outcome that proxied
  * retries replay, or squat a key the proxy derives. An upstream opts in
  * with actions_api = yes. 0, or answered (403) and -1. */
@@ -184,7 +177,7 @@ static void reserve_answer(act *a)
          * write it, and complete/release need it. */
         req_json(r, 201, json_pack("{s:s, s:s, s:s, s:I, s:o}", "status", "reserved", "key", a->key, "token",
                                    res->token, "attempt", (json_int_t)res->attempt, "lease_expires_at",
-                                   time_json(res->lease_expires_at)));
+                                   json_new_time(res->lease_expires_at)));
         return;
     case ONCE_COMPLETED: {
         metrics_action(m, a->scope, res->fingerprint_mismatch ? MO_MISMATCH : MO_REPLAYED);
@@ -204,7 +197,7 @@ static void reserve_answer(act *a)
         metrics_action(m, a->scope, MO_IN_FLIGHT);
         req_set_header(r, "Retry-After", "1");
         req_problem(r, 409, "key_in_flight", "Key in flight",
-                    json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", time_json(res->lease_expires_at)),
+                    json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", json_new_time(res->lease_expires_at)),
                     "another attempt holds this key");
         return;
     default: {
@@ -389,10 +382,10 @@ static void on_renewed(void *ctx, int rc, const char *detail)
         act_fail(a->r, rc, detail);
     else
         req_json(a->r, 200, json_pack("{s:s, s:s, s:o}", "scope", a->scope, "key", a->key, "lease_expires_at",
-                                      time_json(a->lease_until)));
+                                      json_new_time(a->lease_until)));
 }
 
-/* An agent's call is still running: its lease moves on (DESIGN.md §7). */
+/* An agent's call is still running: its lease moves on (docs/guarantees.md §4). */
 static void actions_renew(req *r)
 {
     act *a = act_new(r);

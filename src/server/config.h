@@ -3,13 +3,17 @@
  *
  * The loader is strict: unknown sections or keys, bad values and any line
  * inih reports are errors naming file:line, because a typo in a retry policy
- * is a double charge waiting to happen.
+ * is a double charge waiting to happen. Each section's keys are a table
+ * (name, type, field, bounds, default, flags): config_server.c,
+ * config_upstream.c, config_source.c; the rest is config_keys.h.
  */
 #ifndef ONCE_SERVER_CONFIG_H
 #define ONCE_SERVER_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#define CONFIG_LOOKUP_ATTEMPTS_MAX 100
 
 typedef enum mismatch_policy { MISMATCH_REPLAY = 0, MISMATCH_REJECT = 1 } mismatch_policy;
 
@@ -55,7 +59,7 @@ typedef struct upstream_cfg {
     char **lookup_absent_empty; /* json-empty:/ptr: an empty array/object/string/null or absent -> absent */
     size_t nlookup_absent_empty;
     int64_t lookup_backoff_ms;  /* lookup_backoff = 10s, doubling per failed lookup */
-    int lookup_attempts;        /* lookup_attempts = 5: then held with the reason */
+    int lookup_attempts;        /* lookup_attempts = 5 (1..CONFIG_LOOKUP_ATTEMPTS_MAX): then held */
 } upstream_cfg;
 
 /* [source.NAME]: a webhook sender (see docs/config.md). */
@@ -81,7 +85,7 @@ typedef struct source_cfg {
     int line;
 } source_cfg;
 
-/* Who a bearer token speaks for (DESIGN.md §6): agents act; operators also
+/* Who a bearer token speaks for (docs/config.md, tokens_file): agents act; operators also
  * decide (resolve, approve, deny, redeliver, the console). */
 typedef enum token_role { ROLE_AGENT = 1, ROLE_OPERATOR = 2 } token_role;
 
@@ -126,6 +130,11 @@ typedef struct once_config {
 /* Loads path into *cfg (zeroed first). On error returns a negative code,
  * leaves *cfg empty and writes "file:line: what" (or "file: what") to err. */
 int config_load(const char *path, once_config *cfg, char *err, size_t errlen);
+/* The same from text[0..len), as if it were the file path (which names it
+ * in messages and is the base of relative *_file paths): for tests and the
+ * fuzzer. */
+int config_load_buffer(const char *text, size_t len, const char *path, once_config *cfg, char *err,
+                       size_t errlen);
 
 /* Frees what cfg owns and zeroes it. */
 void config_free(once_config *cfg);

@@ -17,7 +17,8 @@
 
 #include <openssl/rand.h>
 
-#include "ledger/fault.h"
+#include "common/clock.h"
+#include "common/fault.h"
 #include "server/hooks.h"
 #include "server/log.h"
 
@@ -244,12 +245,7 @@ static void *delivery_main(void *arg)
         }
         pthread_mutex_lock(&d->mu);
         if (!d->done && !d->kicked && !d->stop && wait_ms > 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + (long)wait_ms * 1000000L;
-            ts.tv_sec += ns / 1000000000L;
-            ts.tv_nsec = ns % 1000000000L;
-            pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+            clock_cond_wait_ms(&d->cv, &d->mu, wait_ms);
         }
     }
     return NULL;
@@ -262,7 +258,7 @@ int delivery_start(server *srv)
         return -1;
     d->srv = srv;
     pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
+    clock_cond_init(&d->cv);
     if (pthread_create(&d->thread, NULL, delivery_main, d) != 0) {
         pthread_cond_destroy(&d->cv);
         pthread_mutex_destroy(&d->mu);

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/looper.h"
 
 #define GUARD_BUCKETS 1024
 #define GUARD_TICK_MS 100
@@ -47,11 +48,9 @@ struct guard {
     int64_t request_ms;
     int64_t idle_ms;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     client *buckets[GUARD_BUCKETS];
     conn_rec *conns;
-    int stop;
-    pthread_t reaper;
+    looper reaper;
 };
 
 int guard_is_loopback(const struct sockaddr *addr)
@@ -241,22 +240,18 @@ int guard_overdue(struct MHD_Connection *conn)
 
 /* Shuts down the sockets of requests that are overdue; libmicrohttpd then
  * sees the connection end and closes it. */
-static void *guard_reaper(void *arg)
+static void guard_reap(void *arg)
 {
     guard *g = arg;
     pthread_mutex_lock(&g->mu);
-    while (!g->stop) {
-        int64_t now = clock_mono_ms();
-        for (conn_rec *rec = g->conns; rec; rec = rec->next) {
-            if (rec->deadline && now > rec->deadline) {
-                shutdown(rec->fd, SHUT_RDWR);
-                rec->deadline = 0;
-            }
+    int64_t now = clock_mono_ms();
+    for (conn_rec *rec = g->conns; rec; rec = rec->next) {
+        if (rec->deadline && now > rec->deadline) {
+            shutdown(rec->fd, SHUT_RDWR);
+            rec->deadline = 0;
         }
-        clock_cond_wait_ms(&g->cv, &g->mu, GUARD_TICK_MS);
     }
     pthread_mutex_unlock(&g->mu);
-    return NULL;
 }
 
 int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, int64_t idle_ms, guard **out)
@@ -269,7 +264,7 @@ int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, 
     g->request_ms = request_ms;
     g->idle_ms = idle_ms;
     pthread_mutex_init(&g->mu, NULL);
-    if (clock_cond_init(&g->cv) != 0 || pthread_create(&g->reaper, NULL, guard_reaper, g) != 0) {
+    if (looper_start(&g->reaper, GUARD_TICK_MS, guard_reap, g) < 0) {
         pthread_mutex_destroy(&g->mu);
         free(g);
         return -1;
@@ -282,11 +277,7 @@ void guard_free(guard *g)
 {
     if (!g)
         return;
-    pthread_mutex_lock(&g->mu);
-    g->stop = 1;
-    pthread_cond_signal(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->reaper, NULL);
+    looper_stop(&g->reaper);
     for (size_t i = 0; i < GUARD_BUCKETS; i++) {
         while (g->buckets[i]) {
             client *c = g->buckets[i];
@@ -299,7 +290,6 @@ void guard_free(guard *g)
         g->conns = rec->next;
         free(rec);
     }
-    pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }

@@ -1,5 +1,5 @@
 /*
- * guard.h — bounds on what one client can hold (DESIGN.md §6): a cap on
+ * guard.h — bounds on what one client can hold (docs/security.md): a cap on
  * connections per client address (loopback apart: one host may run many
  * agents), and a deadline on receiving each whole request, so a client that
  * trickles its headers or body is cut off however active it looks.

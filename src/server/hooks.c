@@ -14,11 +14,12 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "json/event_json.h"
-#include "ledger/json_pointer.h"
+#include "common/json_pointer.h"
 #include "server/hooks.h"
 #include "server/log.h"
-#include "server/pct.h"
+#include "common/pct.h"
 #include "server/redact.h"
 
 #define INBOX_MAX 100
@@ -216,7 +217,7 @@ static void on_inserted(void *ctx, int rc, const char *detail)
     }
     int inserted = g->inserted, push = g->src->cfg->deliver_to != NULL;
     metrics_webhook(srv->metrics, g->src->cfg->name, inserted ? MW_ACCEPTED : MW_DUPLICATE);
-    metrics_webhook_ack(srv->metrics, (req_clock_ms() - r->t0) / 1e3);
+    metrics_webhook_ack(srv->metrics, clock_mono_seconds() - r->t0);
     r->outcome = inserted ? "accepted" : "duplicate";
     /* After the reply the request (and g) may be freed at any moment. */
     req_json(r, 200, json_pack("{s:s}", "status", inserted ? "accepted" : "duplicate"));
@@ -269,8 +270,10 @@ static void hooks_ingest(req *r)
     /* An id from a header the signature does not cover (GitHub's delivery
      * id) is the sender's word only: a captured delivery replayed under a
      * fresh id must still be a duplicate, so the body's digest is a second
-     * key (DESIGN.md §6). */
-    int unsigned_id = strncmp(src->cfg->event_id, "header:", 7) == 0 && src->cfg->verify != SIG_STANDARD;
+     * key (docs/security.md). Without a signature there is nothing to
+     * replay, and two events may carry the same body (a ping). */
+    int unsigned_id = strncmp(src->cfg->event_id, "header:", 7) == 0 && src->cfg->verify != SIG_STANDARD &&
+                      src->cfg->verify != SIG_NONE;
     if (unsigned_id && once_fingerprint("webhook", src->cfg->name, r->body.data, r->body.len, g->digest) < 0) {
         req_problem(r, 500, "internal", "Internal error", NULL, "cannot digest the body");
         return;

@@ -5,7 +5,7 @@
 #ifndef ONCE_SERVER_HOOKS_H
 #define ONCE_SERVER_HOOKS_H
 
-#include "ledger/webhook_sig.h"
+#include "common/webhook_sig.h"
 #include "server/server.h"
 
 typedef struct source_rt {

@@ -1,15 +1,13 @@
 /*
- * http.c — the HTTP front on libmicrohttpd: request contexts, the header
- * phase (every check that needs no body: framing, browsers, route, access,
- * admission, size — DESIGN.md §6, decide before reading), body collection
- * with a cap and a deadline, parking and resuming, problem+json.
+ * http.c — the HTTP front on libmicrohttpd: the listeners, the header phase
+ * (every check that needs no body: framing, browsers, route, access,
+ * admission, size — docs/security.md, decide before reading), body collection
+ * with a cap and a deadline, and handing the request to its route.
  *
  * MHD calls the access handler several times per request: once with the
  * headers, once per body chunk, once at the end, and once more after a
- * parked (suspended) connection is resumed. The req context carries the
- * request across those calls; its `ready` flag, under its own mutex, settles
- * the race between a route finishing on another thread and the HTTP thread
- * parking the connection.
+ * parked (suspended) connection is resumed. The request object (req.c)
+ * carries the request across those calls and owns its answer.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,141 +18,15 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "ledger/internal.h"
+#include "common/clock.h"
 #include "server/guard.h"
 #include "server/http.h"
 #include "server/log.h"
+#include "server/req.h"
 #include "server/server.h"
 
 /* libmicrohttpd's idle timeout: a connection silent this long is closed. */
 #define HTTP_IDLE_SECONDS 15
-
-double req_clock_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-struct MHD_Response *resp_bytes(const void *data, size_t len, const char *content_type)
-{
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)(len ? data : ""),
-                                                                MHD_RESPMEM_MUST_COPY);
-    if (resp && content_type && MHD_add_response_header(resp, "Content-Type", content_type) != MHD_YES) {
-        MHD_destroy_response(resp);
-        return NULL;
-    }
-    return resp;
-}
-
-static void req_free(req *r);
-
-void req_reply(req *r, unsigned status, struct MHD_Response *resp)
-{
-    pthread_mutex_lock(&r->mu);
-    if (r->ready) {
-        /* A second answer is a bug in a route; keep the first. */
-        pthread_mutex_unlock(&r->mu);
-        if (resp)
-            MHD_destroy_response(resp);
-        return;
-    }
-    r->status = status;
-    r->resp = resp;
-    r->ready = 1;
-    if (r->orphaned) {
-        /* The client is gone and MHD has let go: the answer has nowhere to
-         * go, and this was the last hand holding the request. */
-        pthread_mutex_unlock(&r->mu);
-        req_free(r);
-        return;
-    }
-    if (r->parked) {
-        r->parked = 0;
-        MHD_resume_connection(r->conn);
-        server *srv = r->srv;
-        pthread_mutex_lock(&srv->mu);
-        srv->parked--;
-        pthread_cond_broadcast(&srv->cv);
-        pthread_mutex_unlock(&srv->mu);
-    }
-    pthread_mutex_unlock(&r->mu);
-}
-
-void req_json(req *r, unsigned status, json_t *body)
-{
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    struct MHD_Response *resp = s ? resp_bytes(s, strlen(s), "application/json") : NULL;
-    free(s);
-    req_reply(r, status, resp);
-}
-
-static struct MHD_Response *problem_response(unsigned status, const char *code, const char *title, json_t *extra,
-                                             const char *detail)
-{
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title", title, "status", (int)status,
-                          "code", code, "detail", detail);
-    if (o && extra)
-        json_object_update(o, extra);
-    json_decref(extra);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    struct MHD_Response *resp = s ? resp_bytes(s, strlen(s), "application/problem+json") : NULL;
-    free(s);
-    return resp;
-}
-
-void req_problem(req *r, unsigned status, const char *code, const char *title, json_t *extra, const char *fmt, ...)
-{
-    char detail[512];
-    va_list ap;
-    va_start(ap, fmt);
-    once_vformat(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    req_reply(r, status, problem_response(status, code, title, extra, detail));
-}
-
-void req_not_started(req *r, const char *why)
-{
-    if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE))
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; nothing was done");
-    else
-        req_problem(r, 500, "internal", "Internal error", NULL, "%s; nothing was done", why);
-}
-
-void req_problem_from(req *r, const problem *p)
-{
-    json_t *extra = NULL;
-    if (p->header) {
-        req_set_header(r, p->header, p->header_value);
-        if (strcmp(p->header, "Allow") == 0)
-            extra = json_pack("{s:s}", "allow", p->header_value);
-    }
-    req_reply(r, p->status, problem_response(p->status, p->code, p->title, extra, p->detail));
-}
-
-void req_set_header(req *r, const char *name, const char *value)
-{
-    if (r->nextra >= 3)
-        return;
-    snprintf(r->extra_name[r->nextra], sizeof r->extra_name[0], "%s", name);
-    snprintf(r->extra_value[r->nextra], sizeof r->extra_value[0], "%s", value);
-    r->nextra++;
-}
-
-const char *req_header(req *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-void req_note_key(req *r, const char *scope, const char *key)
-{
-    snprintf(r->scope, sizeof r->scope, "%s", scope ? scope : "");
-    char fp[65];
-    if (key && once_fingerprint("key", scope ? scope : "", (const uint8_t *)key, strlen(key), fp) == ONCE_OK)
-        snprintf(r->key_hash, sizeof r->key_hash, "%.16s", fp);
-}
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
@@ -164,34 +36,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)conn;
     http_listener *l = cls;
-    req *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    r->srv = l->srv;
-    r->listen_up = l->up;
-    r->tls = l->tls;
-    r->uri = strdup(uri ? uri : "/");
-    r->upstream_ms = -1;
-    r->t0 = req_clock_ms();
-    pthread_mutex_init(&r->mu, NULL);
-    if (!r->uri) {
-        pthread_mutex_destroy(&r->mu);
-        free(r);
-        return NULL;
-    }
-    return r;
-}
-
-static void req_free(req *r)
-{
-    if (r->state_free)
-        r->state_free(r->state);
-    if (r->resp)
-        MHD_destroy_response(r->resp);
-    buf_free(&r->body);
-    free(r->uri);
-    pthread_mutex_destroy(&r->mu);
-    free(r);
+    return req_new(l->srv, l->up, l->tls, uri);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -202,33 +47,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     req *r = *req_cls;
     *req_cls = NULL;
     guard_receiving(conn, GUARD_NEXT);
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    if (r->dispatched && !r->ready) {
-        /* A route still works on it on another thread (MHD closes a
-         * connection whose client left, even one it was asked to suspend):
-         * the answer, when it comes, frees it. */
-        r->orphaned = 1;
-        if (r->parked) {
-            r->parked = 0;
-            pthread_mutex_lock(&r->srv->mu);
-            r->srv->parked--;
-            pthread_cond_broadcast(&r->srv->cv);
-            pthread_mutex_unlock(&r->srv->mu);
-        }
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    pthread_mutex_unlock(&r->mu);
-    req_free(r);
+    if (r)
+        req_release(r);
 }
 
 static enum MHD_Result send_ready(req *r)
 {
-    struct MHD_Response *resp = r->resp;
-    unsigned status = r->status;
-    r->resp = NULL;
+    unsigned status;
+    struct MHD_Response *resp = req_take_answer(r, &status);
     if (!resp) {
         static const char oom[] = "{\"type\":\"about:blank\",\"title\":\"Internal error\",\"status\":500,"
                                   "\"code\":\"internal\",\"detail\":\"out of memory\"}";
@@ -246,7 +72,7 @@ static enum MHD_Result send_ready(req *r)
     MHD_destroy_response(resp);
     metrics_http(r->srv->metrics, status);
     log_request(r->method, r->route, r->scope[0] ? r->scope : NULL, r->key_hash[0] ? r->key_hash : NULL, status,
-                r->outcome, r->upstream_ms, req_clock_ms() - r->t0);
+                r->outcome, r->upstream_ms, (clock_mono_seconds() - r->t0) * 1e3);
     return ok;
 }
 
@@ -376,28 +202,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0; /* consumed (or dropped past the cap) */
         return MHD_YES;
     }
-    pthread_mutex_lock(&r->mu);
-    int ready = r->ready;
-    pthread_mutex_unlock(&r->mu);
-    if (ready)
+    if (req_ready(r))
         return send_ready(r);
     if (r->dispatched)
         return MHD_YES; /* resumed spuriously; the answer is not there yet */
     r->dispatched = 1;
     dispatch(r);
     /* Park unless the route has answered already. */
-    pthread_mutex_lock(&r->mu);
-    ready = r->ready;
-    if (!ready) {
-        MHD_suspend_connection(conn);
-        r->parked = 1;
-        server *srv = r->srv;
-        pthread_mutex_lock(&srv->mu);
-        srv->parked++;
-        pthread_mutex_unlock(&srv->mu);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return ready ? send_ready(r) : MHD_YES;
+    return req_park(r) ? send_ready(r) : MHD_YES;
 }
 
 /* Reads a PEM file whole, for libmicrohttpd's in-memory TLS options. */
@@ -463,21 +275,21 @@ static int http_bind(const struct sockaddr *sa, socklen_t len, const char *addr,
     return fd;
 }
 
-struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, unsigned max_conn, char *err,
-                               size_t errlen)
+int http_bind_listener(http_listener *l, const char *addr, char *err, size_t errlen)
 {
     char host[256];
     unsigned port;
+    l->fd = -1;
+    l->addr = addr;
     if (config_parse_listen(addr, host, sizeof host, &port) < 0) {
         snprintf(err, errlen, "bad listen address '%s'", addr);
-        return NULL;
+        return -1;
     }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     const char *h = strcmp(host, "localhost") == 0 ? "127.0.0.1" : host;
     struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     socklen_t sslen;
     if (inet_pton(AF_INET, h, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
@@ -486,12 +298,19 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
     } else if (inet_pton(AF_INET6, h, &in6->sin6_addr) == 1) {
         in6->sin6_family = AF_INET6;
         in6->sin6_port = htons((uint16_t)port);
-        flags |= MHD_USE_IPv6;
         sslen = sizeof *in6;
+        l->ipv6 = 1;
     } else {
         snprintf(err, errlen, "listen address '%s' is not an IP literal", addr);
-        return NULL;
+        return -1;
     }
+    l->fd = http_bind((struct sockaddr *)&ss, sslen, addr, err, errlen);
+    return l->fd < 0 ? -1 : 0;
+}
+
+struct MHD_Daemon *http_listen(http_listener *l, int threads, unsigned max_conn, char *err, size_t errlen)
+{
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | (l->ipv6 ? MHD_USE_IPv6 : 0);
     char *cert = NULL, *key = NULL;
     if (l->tls_cert) {
         if (!(cert = http_read_pem(l->tls_cert, err, errlen)) || !(key = http_read_pem(l->tls_key, err, errlen))) {
@@ -499,12 +318,6 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
             return NULL;
         }
         flags |= MHD_USE_TLS;
-    }
-    int fd = http_bind((struct sockaddr *)&ss, sslen, addr, err, errlen);
-    if (fd < 0) {
-        free(cert);
-        free(key);
-        return NULL;
     }
     l->tls = cert != NULL;
     guard *g = l->srv->guard;
@@ -514,7 +327,7 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
         {MHD_OPTION_END, 0, NULL},
     };
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, guard_accept, g, on_request, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        flags, 0, guard_accept, g, on_request, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECONDS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)32 * 1024, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
@@ -524,12 +337,21 @@ struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, 
     /* MHD copied neither: they must outlive the daemon, which owns l. */
     l->tls_mem_cert = cert;
     l->tls_mem_key = key;
-    if (!d) {
-        /* fd is not closed here: libmicrohttpd may have closed it already,
-         * and the process exits on this error anyway. */
-        snprintf(err, errlen, "cannot serve on %s (a bad TLS certificate or key, or out of resources)", addr);
-    }
+    if (d)
+        l->fd = -1; /* the daemon's now */
+    else
+        snprintf(err, errlen, "cannot serve on %s (a bad TLS certificate or key, or out of resources)", l->addr);
     return d;
+}
+
+void http_listener_close(http_listener *l)
+{
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    free(l->tls_mem_cert);
+    free(l->tls_mem_key);
+    l->tls_mem_cert = l->tls_mem_key = NULL;
 }
 
 int64_t http_idle_ms(void)

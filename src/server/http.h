@@ -17,15 +17,25 @@ typedef struct http_listener {
     const upstream_cfg *up;
     const char *tls_cert;   /* PEM file paths, or NULL */
     const char *tls_key;
+    const char *addr;       /* "host:port", for messages */
+    int fd;                 /* the bound socket until a daemon takes it; -1 */
+    int ipv6;
     int tls;                /* set by http_listen */
-    char *tls_mem_cert;     /* what libmicrohttpd reads them from; freed by the owner after the daemon */
+    char *tls_mem_cert;     /* what libmicrohttpd reads them from; freed by http_listener_close */
     char *tls_mem_key;
 } http_listener;
 
-/* Starts a daemon on addr ("host:port") with its own thread pool, guarded
+/* Binds and listens on addr ("host:port") first of all, so that a busy port
+ * stops `once serve` before it opens a store: 0, or -1 with "cannot listen
+ * on ADDR (in use)" (or why) in err. */
+int http_bind_listener(http_listener *l, const char *addr, char *err, size_t errlen);
+
+/* Starts a daemon on the bound listener with its own thread pool, guarded
  * by the server's guard. NULL and a message in err on failure. */
-struct MHD_Daemon *http_listen(http_listener *l, const char *addr, int threads, unsigned max_conn, char *err,
-                               size_t errlen);
+struct MHD_Daemon *http_listen(http_listener *l, int threads, unsigned max_conn, char *err, size_t errlen);
+
+/* After its daemon stopped (or when none started): closes what is left. */
+void http_listener_close(http_listener *l);
 
 /* The daemons' idle timeout, for the guard. */
 int64_t http_idle_ms(void);

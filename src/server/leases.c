@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/looper.h"
 #include "server/log.h"
 
 #define LEASES_TICK_MS 100
@@ -34,13 +35,12 @@ struct lease_hold {
 struct leases {
     once_store *store;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;    /* a renewal came back (leases_free waits for the last) */
     lease_hold *head;
     size_t held;
     size_t inflight;      /* renewals queued in the store */
     uint64_t failures;
-    int stop;
-    pthread_t thread;
+    looper renewer;
 };
 
 static void hold_unlink(leases *l, lease_hold *h)
@@ -84,9 +84,11 @@ static void on_renewed(void *ctx, int rc, const char *detail)
 }
 
 /* One round: every hold whose renewal is due gets one, all queued at once
- * so that they share a commit. Under l->mu; the store calls run outside. */
-static void leases_round(leases *l)
+ * so that they share a commit (the store calls run outside the lock). */
+static void leases_round(void *arg)
 {
+    leases *l = arg;
+    pthread_mutex_lock(&l->mu);
     int64_t now = clock_mono_ms();
     lease_hold *due[256];
     size_t n = 0;
@@ -105,19 +107,6 @@ static void leases_round(leases *l)
         if (rc < 0)
             on_renewed(h, rc, once_errdetail());
     }
-    pthread_mutex_lock(&l->mu);
-}
-
-static void *leases_main(void *arg)
-{
-    leases *l = arg;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        leases_round(l);
-        clock_cond_wait_ms(&l->cv, &l->mu, LEASES_TICK_MS);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
 }
 
 int leases_start(once_store *store, leases **out)
@@ -127,12 +116,8 @@ int leases_start(once_store *store, leases **out)
         return -1;
     l->store = store;
     pthread_mutex_init(&l->mu, NULL);
-    if (clock_cond_init(&l->cv) != 0) {
-        pthread_mutex_destroy(&l->mu);
-        free(l);
-        return -1;
-    }
-    if (pthread_create(&l->thread, NULL, leases_main, l) != 0) {
+    pthread_cond_init(&l->cv, NULL);
+    if (looper_start(&l->renewer, LEASES_TICK_MS, leases_round, l) < 0) {
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
         free(l);
@@ -146,11 +131,7 @@ void leases_free(leases *l)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
+    looper_stop(&l->renewer);
     /* Renewals still queued write into their holds: wait for them. */
     pthread_mutex_lock(&l->mu);
     while (l->inflight > 0)

@@ -1,5 +1,5 @@
 /*
- * leases.h — the leases of this node's calls in flight, renewed (DESIGN.md
+ * leases.h — the leases of this node's calls in flight, renewed (docs/architecture.md
  * §7). A reservation lives `lease` without news from its owner; while a
  * call runs, its owner renews it every lease/3, in one batch per round
  * (the renewals queued together share one group commit). So a dead node's

@@ -6,6 +6,8 @@
  * lines from different threads never interleave. Every string goes through
  * the escaper, whatever its source.
  */
+#include "common/timefmt.h"
+#include "once/once.h"
 #include "server/log.h"
 
 #include <stdarg.h>
@@ -70,13 +72,10 @@ static void put_str(line *l, const char *name, const char *v)
 
 static void put_time(line *l)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char base[64];
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    putf(l, "{\"time\":\"%.20s.%03dZ\"", base, (int)(ts.tv_nsec / 1000000));
+    char t[TIMEFMT_LEN];
+    if (timefmt_rfc3339(once_now_ms(), t, sizeof t) != 0)
+        snprintf(t, sizeof t, "?");
+    putf(l, "{\"time\":\"%s\"", t);
 }
 
 static void emit(line *l)

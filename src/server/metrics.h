@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "server/buf.h"
+#include "common/buf.h"
 
 typedef enum metric_outcome {
     MO_NEW,

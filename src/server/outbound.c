@@ -4,6 +4,8 @@
  * the request left is not the same as one after it. The first is released
  * (certainly not done); the second is ambiguous and must never be resent.
  */
+#include "json/action_json.h"
+#include "common/clock.h"
 #include "server/outbound.h"
 
 #include <pthread.h>
@@ -45,13 +47,6 @@ typedef struct transfer {
     char errbuf[CURL_ERROR_SIZE]; /* curl's detail of a failure */
 } transfer;
 
-static double mono_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Hop-by-hop headers belong to one connection, not to the answer. */
 static int header_is_hop(const char *name, size_t n)
 {
@@ -62,23 +57,6 @@ static int header_is_hop(const char *name, size_t n)
         if (strlen(hop[i]) == n && strncasecmp(hop[i], name, n) == 0)
             return 1;
     return 0;
-}
-
-/* JSON strings must be UTF-8; a header value that is not gets its
- * non-ASCII bytes replaced rather than dropping the header. */
-static json_t *json_text(const char *p, size_t n)
-{
-    json_t *s = json_stringn(p, n);
-    if (s)
-        return s;
-    char *copy = malloc(n + 1);
-    if (!copy)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        copy[i] = (unsigned char)p[i] < 0x80 ? p[i] : '?';
-    s = json_stringn(copy, n);
-    free(copy);
-    return s;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
@@ -105,8 +83,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     if (json_array_size(t->headers) >= 200)
         return len; /* enough; an upstream that sends more is misbehaving */
     json_t *pair = json_array();
-    if (!pair || json_array_append_new(pair, json_text(p, nlen)) < 0 ||
-        json_array_append_new(pair, json_text(v, (size_t)(end - v))) < 0 ||
+    if (!pair || json_array_append_new(pair, json_new_lossy(p, nlen)) < 0 ||
+        json_array_append_new(pair, json_new_lossy(v, (size_t)(end - v))) < 0 ||
         json_array_append_new(t->headers, pair) < 0)
         return 0; /* out of memory: abort the transfer */
     return len;
@@ -236,7 +214,7 @@ static void transfer_free(transfer *t)
 static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
 {
     out_call *c = t->call;
-    c->seconds = mono_seconds() - t->t0;
+    c->seconds = clock_mono_seconds() - t->t0;
     if (t->too_large) {
         c->kind = OUT_TOO_LARGE;
         curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &c->status);
@@ -280,7 +258,7 @@ static void transfer_start(outbound *ob, out_call *c)
     transfer *t = calloc(1, sizeof *t);
     if (t) {
         t->call = c;
-        t->t0 = mono_seconds();
+        t->t0 = clock_mono_seconds();
         t->easy = curl_easy_init();
         t->headers = json_array();
     }

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/buf.h"
+#include "common/buf.h"
 
 typedef struct outbound outbound;
 

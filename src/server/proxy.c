@@ -1,6 +1,6 @@
 /*
  * proxy.c — ANY /v1/proxy/{upstream}/{path…}: reserve first, forward,
- * record before reply, replay to every retry (DESIGN.md §3).
+ * record before reply, replay to every retry (docs/api.md).
  *
  * A proxied request moves through threads by callbacks, never by waiting:
  *   HTTP thread   validate, fingerprint, once_reserve_async
@@ -17,11 +17,11 @@
 #include <openssl/evp.h>
 
 #include "common/clock.h"
-#include "ledger/fault.h"
-#include "ledger/key_template.h"
+#include "common/fault.h"
+#include "common/key_template.h"
 #include "server/leases.h"
 #include "server/log.h"
-#include "server/pct.h"
+#include "common/pct.h"
 #include "server/redact.h"
 #include "server/server.h"
 #include "server/target.h"

@@ -19,9 +19,12 @@
 
 #include <jansson.h>
 
-#include "ledger/json_pointer.h"
+#include "common/clock.h"
+#include "common/json_pointer.h"
 #include "server/log.h"
+#include "common/pct.h"
 #include "server/reconciler.h"
+#include "server/target.h"
 
 #define CLAIM_MAX 16
 #define IDLE_WAIT_MS 500
@@ -57,26 +60,6 @@ static void lookup_free(lookup *l)
 
 /* ---- the lookup request ---------------------------------------------------- */
 
-/* Appends s percent-encoded (RFC 3986 unreserved kept) to the URL. */
-static int url_put_escaped(buf *b, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        int keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                   c == '.' || c == '_' || c == '~';
-        char e[3] = {(char)c, 0, 0};
-        if (!keep) {
-            e[0] = '%';
-            e[1] = hex[c >> 4];
-            e[2] = hex[c & 15];
-        }
-        if (buf_append(b, e, keep ? 1 : 3, URL_MAX) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* The value of a stored request header (meta: {"headers": [[n, v], …]}). */
 static const char *meta_header(json_t *meta, const char *name, size_t nlen)
 {
@@ -92,8 +75,11 @@ static const char *meta_header(json_t *meta, const char *name, size_t nlen)
 }
 
 /* Fills {key}, {scope}, {json:/ptr} and {header:Name} of the lookup path
- * from the stored original request. -1 with why when a field is missing. */
-static int lookup_url(const upstream_cfg *up, const once_action *a, buf *out, char *why, size_t whylen)
+ * from the stored original request (each value percent-encoded), then
+ * builds the URL on the upstream's base with the URL API (target.h): a
+ * stored value can never change where the lookup goes. *out is malloc'd.
+ * -1 with why when a field is missing or the URL cannot be built. */
+static int lookup_url(const upstream_cfg *up, const once_action *a, char **out, char *why, size_t whylen)
 {
     json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, JSON_DECODE_ANY, NULL) : NULL;
     json_t *body = NULL;
@@ -107,11 +93,12 @@ static int lookup_url(const upstream_cfg *up, const once_action *a, buf *out, ch
         /* The actions API stores the agent's "request" as it is. */
         body = json_incref(meta);
     }
-    int rc = buf_append_str(out, up->url, URL_MAX);
+    buf path = {0};
+    int rc = 0;
     for (const char *p = up->lookup_path; rc == 0 && *p;) {
         if (*p != '{') {
             size_t n = strcspn(p, "{");
-            rc = buf_append(out, p, n, URL_MAX);
+            rc = buf_append(&path, p, n, URL_MAX);
             p += n;
             continue;
         }
@@ -141,11 +128,14 @@ static int lookup_url(const upstream_cfg *up, const once_action *a, buf *out, ch
             rc = -1;
             break;
         }
-        rc = url_put_escaped(out, v, strlen(v));
+        rc = pct_encode(&path, v, strlen(v), URL_MAX);
         p = end + 1;
     }
     json_decref(body);
     json_decref(meta);
+    if (rc == 0 && target_url(up->url, path.data ? (const char *)path.data : "", out, why, whylen) < 0)
+        rc = -1;
+    buf_free(&path);
     if (rc < 0 && !why[0])
         snprintf(why, whylen, "the lookup URL could not be built");
     return rc;
@@ -260,11 +250,10 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
     l->up = up;
     l->action = *a;
     memset(a, 0, sizeof *a);
-    buf url = {0};
+    char *url = NULL;
     char why[300] = "";
     if (lookup_url(up, &l->action, &url, why, sizeof why) < 0) {
         /* A lookup that cannot even be asked is held at once. */
-        buf_free(&url);
         char step[400];
         snprintf(step, sizeof step, "lookup impossible: %s", why);
         if (once_reconcile_failed(r->srv->store, up->name, l->action.key, 0, 1, step) < 0)
@@ -274,7 +263,7 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
         lookup_free(l);
         return;
     }
-    l->url = (char *)url.data;
+    l->url = url;
     out_call *c = &l->call;
     c->method = up->lookup_method;
     c->url = l->url;
@@ -351,12 +340,7 @@ static void *reconciler_main(void *arg)
             claim_due(r);
         pthread_mutex_lock(&r->mu);
         if (!r->done && !r->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + IDLE_WAIT_MS * 1000000L;
-            ts.tv_sec += ns / 1000000000L;
-            ts.tv_nsec = ns % 1000000000L;
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            clock_cond_wait_ms(&r->cv, &r->mu, IDLE_WAIT_MS);
         }
     }
     return NULL;
@@ -375,7 +359,7 @@ int reconciler_start(server *srv, reconciler **out)
         return -1;
     r->srv = srv;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    clock_cond_init(&r->cv);
     if (pthread_create(&r->thread, NULL, reconciler_main, r) != 0) {
         pthread_cond_destroy(&r->cv);
         pthread_mutex_destroy(&r->mu);

@@ -1,5 +1,5 @@
 /*
- * redact.h — which request headers are secrets (DESIGN.md §6): never kept
+ * redact.h — which request headers are secrets (docs/security.md): never kept
  * in a stored request or a stored webhook event, whoever sent them.
  */
 #ifndef ONCE_SERVER_REDACT_H

@@ -1,7 +1,7 @@
 /*
  * router.h — the route table: which handler answers a path and method,
  * with what access level, and what must be admitted from the headers
- * before a body byte is read (DESIGN.md §6: decide before reading).
+ * before a body byte is read (docs/security.md: decide before reading).
  *
  * Each module owns its routes (h2o's habit): ops.c, proxy.c, actions.c and
  * hooks.c each export a table; router.c only matches. A new route is a new

@@ -20,6 +20,8 @@
 
 #include <curl/curl.h>
 
+#include "common/clock.h"
+#include "common/looper.h"
 #include "server/guard.h"
 #include "server/hooks.h"
 #include "server/http.h"
@@ -35,70 +37,50 @@ typedef struct loop {
     server *srv;
     char **lookup_scopes; /* upstreams whose unknown actions a lookup settles */
     size_t nlookup_scopes;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
-    pthread_t thread;
+    unsigned tick;
+    looper thread;
 } loop;
 
-/* The background loop: leases that ran out become unknown, unknown actions
- * are held for a human (no provider lookup exists yet), and old outcomes are
- * swept after their retention. Each step is one statement under the store's
- * own locking, so N gateways on one store may run it at once. */
-static void *loop_main(void *arg)
+/* One round of the background loop: leases that ran out become unknown,
+ * unknown actions are held for a human (unless a provider lookup settles
+ * them), and old outcomes are swept after their retention. Each step is one
+ * statement under the store's own locking, so N gateways on one store may
+ * run it at once. */
+static void loop_round(void *arg)
 {
     loop *l = arg;
     server *srv = l->srv;
-    unsigned tick = 0;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        pthread_mutex_unlock(&l->mu);
-        size_t expired = 0, held = 0, swept = 0;
-        int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
-        /* Unknown actions of upstreams with a lookup wait for it (the
-         * reconciler holds them after lookup_attempts); the rest are held
-         * for a human now. */
+    size_t expired = 0, held = 0, swept = 0;
+    int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
+    /* Unknown actions of upstreams with a lookup wait for it (the
+     * reconciler holds them after lookup_attempts); the rest are held
+     * for a human now. */
+    if (rc == ONCE_OK)
+        rc = once_hold_unknown_except(srv->store, (const char *const *)l->lookup_scopes, l->nlookup_scopes,
+                                      HELD_REASON, &held);
+    if (rc == ONCE_OK && l->tick++ % SWEEP_EVERY == 0) {
+        size_t events = 0;
+        rc = once_sweep(srv->store, once_now_ms(), &swept);
         if (rc == ONCE_OK)
-            rc = once_hold_unknown_except(srv->store, (const char *const *)l->lookup_scopes, l->nlookup_scopes,
-                                          HELD_REASON, &held);
-        if (rc == ONCE_OK && tick++ % SWEEP_EVERY == 0) {
-            size_t events = 0;
-            rc = once_sweep(srv->store, once_now_ms(), &swept);
-            if (rc == ONCE_OK)
-                rc = once_event_sweep(srv->store, once_now_ms(), &events);
-            swept += events;
-        }
-        if (rc < 0)
-            log_event("error", "background loop: %s: %s", once_strerror(rc), once_errdetail());
-        if (expired || held)
-            metrics_lease(srv->metrics, expired, held);
-        if (expired || held || swept)
-            log_event("info", "leases expired: %zu, actions held: %zu, rows swept: %zu", expired, held, swept);
-        pthread_mutex_lock(&l->mu);
-        if (l->stop)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = (int64_t)ts.tv_nsec + srv->cfg->loop_interval_ms * 1000000LL;
-        ts.tv_sec += (time_t)(ns / 1000000000LL);
-        ts.tv_nsec = (long)(ns % 1000000000LL);
-        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+            rc = once_event_sweep(srv->store, once_now_ms(), &events);
+        swept += events;
     }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
+    if (rc < 0)
+        log_event("error", "background loop: %s: %s", once_strerror(rc), once_errdetail());
+    if (expired || held)
+        metrics_lease(srv->metrics, expired, held);
+    if (expired || held || swept)
+        log_event("info", "leases expired: %zu, actions held: %zu, rows swept: %zu", expired, held, swept);
 }
 
 /* Waits until no connection is parked or deadline_ms (monotonic) passes. */
 static size_t drain(server *srv, int64_t wait_ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = (int64_t)ts.tv_nsec + wait_ms * 1000000LL;
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    int64_t deadline = clock_mono_ms() + wait_ms;
     pthread_mutex_lock(&srv->mu);
     while (srv->parked > 0) {
-        if (pthread_cond_timedwait(&srv->cv, &srv->mu, &ts) == ETIMEDOUT)
+        int64_t left = deadline - clock_mono_ms();
+        if (left <= 0 || clock_cond_wait_ms(&srv->cv, &srv->mu, left) == ETIMEDOUT)
             break;
     }
     size_t left = srv->parked;
@@ -151,7 +133,7 @@ int server_run(once_config *cfg)
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
     pthread_mutex_init(&srv.mu, NULL);
-    pthread_cond_init(&srv.cv, NULL);
+    clock_cond_init(&srv.cv);
 
     /* Every thread started from here on inherits the mask; only sigwait
      * below sees SIGTERM/SIGINT. */
@@ -165,15 +147,45 @@ int server_run(once_config *cfg)
 
     int status = 1;
     loop lp = {.srv = &srv};
-    pthread_mutex_init(&lp.mu, NULL);
-    pthread_cond_init(&lp.cv, NULL);
-    int loop_started = 0;
     http_listener *listeners = NULL;
     size_t nl = 0;
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         log_event("error", "cannot initialise libcurl");
         goto out;
+    }
+    /* The ports first: a busy one stops the start before a store is opened
+     * or made. */
+    char err[256];
+    nl = 1;
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        nl += cfg->upstreams[i].listen != NULL;
+    listeners = calloc(nl, sizeof *listeners);
+    srv.daemons = calloc(nl, sizeof *srv.daemons);
+    if (!listeners || !srv.daemons) {
+        log_event("error", "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nl; i++)
+        listeners[i].fd = -1;
+    for (size_t i = 0, j = 0; i < nl; i++) {
+        listeners[i].srv = &srv;
+        const char *addr = cfg->listen;
+        listeners[i].tls_cert = cfg->tls_cert;
+        listeners[i].tls_key = cfg->tls_key;
+        if (i > 0) {
+            while (!cfg->upstreams[j].listen)
+                j++;
+            listeners[i].up = &cfg->upstreams[j];
+            listeners[i].tls_cert = cfg->upstreams[j].listen_tls_cert;
+            listeners[i].tls_key = cfg->upstreams[j].listen_tls_key;
+            addr = cfg->upstreams[j++].listen;
+        }
+        if (http_bind_listener(&listeners[i], addr, err, sizeof err) < 0) {
+            log_event("error", "%s", err);
+            status = 2;
+            goto out;
+        }
     }
     char store_shown[512];
     once_store_url_redact(cfg->store, store_shown, sizeof store_shown);
@@ -212,48 +224,25 @@ int server_run(once_config *cfg)
         goto out;
     }
 
-    nl = 1;
-    for (size_t i = 0; i < cfg->nupstreams; i++)
-        nl += cfg->upstreams[i].listen != NULL;
-    listeners = calloc(nl, sizeof *listeners);
-    srv.daemons = calloc(nl, sizeof *srv.daemons);
-    if (!listeners || !srv.daemons) {
-        log_event("error", "out of memory");
-        goto out;
-    }
-    char err[256];
-    for (size_t i = 0, j = 0; i < nl; i++) {
-        listeners[i].srv = &srv;
-        const char *addr = cfg->listen;
-        listeners[i].tls_cert = cfg->tls_cert;
-        listeners[i].tls_key = cfg->tls_key;
-        if (i > 0) {
-            while (!cfg->upstreams[j].listen)
-                j++;
-            listeners[i].up = &cfg->upstreams[j];
-            listeners[i].tls_cert = cfg->upstreams[j].listen_tls_cert;
-            listeners[i].tls_key = cfg->upstreams[j].listen_tls_key;
-            addr = cfg->upstreams[j++].listen;
-        }
-        srv.daemons[i] = http_listen(&listeners[i], addr, cfg->threads, cfg->max_connections, err, sizeof err);
+    for (size_t i = 0; i < nl; i++) {
+        srv.daemons[i] = http_listen(&listeners[i], cfg->threads, cfg->max_connections, err, sizeof err);
         if (!srv.daemons[i]) {
             log_event("error", "%s", err);
             status = 2;
             goto out;
         }
         srv.ndaemons++;
-        log_event("info", "listening on %s%s%s%s", addr, listeners[i].tls ? " (https)" : "",
+        log_event("info", "listening on %s%s%s%s", listeners[i].addr, listeners[i].tls ? " (https)" : "",
                   listeners[i].up ? " for upstream " : "", listeners[i].up ? listeners[i].up->name : "");
     }
     lp.lookup_scopes = calloc(cfg->nupstreams + 1, sizeof *lp.lookup_scopes);
     for (size_t i = 0; lp.lookup_scopes && i < cfg->nupstreams; i++)
         if (cfg->upstreams[i].lookup_method)
             lp.lookup_scopes[lp.nlookup_scopes++] = cfg->upstreams[i].name;
-    if (!lp.lookup_scopes || pthread_create(&lp.thread, NULL, loop_main, &lp) != 0) {
+    if (!lp.lookup_scopes || looper_start(&lp.thread, cfg->loop_interval_ms, loop_round, &lp) < 0) {
         log_event("error", "cannot start the background loop");
         goto out;
     }
-    loop_started = 1;
     log_event("info", "once %s serving with store %s, %zu upstream(s), %zu webhook source(s)", ONCE_VERSION,
               store_shown, cfg->nupstreams, cfg->nsources);
 
@@ -290,27 +279,17 @@ out:
     waiters_free(srv.waiters);
     worker_free(srv.worker);
     delivery_free(&srv);
-    if (loop_started) {
-        pthread_mutex_lock(&lp.mu);
-        lp.stop = 1;
-        pthread_cond_signal(&lp.cv);
-        pthread_mutex_unlock(&lp.mu);
-        pthread_join(lp.thread, NULL);
-    }
+    looper_stop(&lp.thread);
     hooks_stop(&srv);
     once_store_close(srv.store);
     metrics_free(srv.metrics);
     free(srv.daemons);
-    for (size_t i = 0; listeners && i < nl; i++) {
-        free(listeners[i].tls_mem_cert);
-        free(listeners[i].tls_mem_key);
-    }
+    for (size_t i = 0; listeners && i < nl; i++)
+        http_listener_close(&listeners[i]);
     free(listeners);
     guard_free(srv.guard);
     curl_global_cleanup();
     free(lp.lookup_scopes);
-    pthread_cond_destroy(&lp.cv);
-    pthread_mutex_destroy(&lp.mu);
     pthread_cond_destroy(&srv.cv);
     pthread_mutex_destroy(&srv.mu);
     if (status == 0)

@@ -19,7 +19,8 @@
 
 #include <curl/curl.h>
 
-#include "server/pct.h"
+#include "common/hex.h"
+#include "common/pct.h"
 
 static void target_why(char *why, size_t whylen, const char *msg)
 {
@@ -40,7 +41,7 @@ static int segment_has_dot_part(const char *s, size_t n)
         if (i >= n) {
             c = -1;
         } else if (s[i] == '%') {
-            c = pct_hexval(s[i + 1]) * 16 + pct_hexval(s[i + 2]);
+            c = hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]);
             i += 3;
         } else {
             c = (unsigned char)s[i++];

@@ -1,7 +1,7 @@
 /*
  * target.h — the request target of a proxied call: what an agent may put
  * after /v1/proxy/{upstream} (or send to an upstream's own listener), and
- * the upstream URL built from it (DESIGN.md §6: the upstream is fixed by
+ * the upstream URL built from it (docs/security.md: the upstream is fixed by
  * config; nothing an agent sends may choose another host or escape the
  * configured base path).
  */

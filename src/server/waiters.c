@@ -5,7 +5,7 @@
  *
  * Waiters of one action share one store read per round: a hundred retries
  * waiting on one slow call cost one indexed read every POLL_MS, not a
- * hundred (DESIGN.md §6: a client must not turn its retries into load).
+ * hundred (docs/security.md: a client must not turn its retries into load).
  */
 #include <stdlib.h>
 #include <string.h>

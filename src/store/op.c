@@ -4,6 +4,8 @@
  */
 #include "store/op.h"
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,8 +43,31 @@ int store_reserve_request(once_reserve_req *r)
     return ONCE_OK;
 }
 
+/* The fields each operation reads, written down: a store must never be
+ * handed an operation without them (the ledger checked the values). */
+static void store_op_check(const store_op *op)
+{
+    switch (op->kind) {
+    case OP_RESERVE: ONCE_ASSERT(op->rreq && op->rreq->scope && op->rreq->key && op->res); break;
+    case OP_COMPLETE:
+    case OP_SETTLE:
+    case OP_RENEW: ONCE_ASSERT(op->scope && op->key && op->token); break;
+    case OP_RESOLVE:
+    case OP_HOLD:
+    case OP_RC_SETTLE:
+    case OP_RC_FAILED: ONCE_ASSERT(op->scope && op->key); break;
+    case OP_RC_CLAIM: ONCE_ASSERT(op->scope && op->list && op->max > 0); break;
+    case OP_EV_INSERT: ONCE_ASSERT(op->ev_in && op->ev_in->source && op->ev_in->event_id && op->inserted); break;
+    case OP_EV_CLAIM: ONCE_ASSERT(op->scope && op->ev_list && op->max > 0); break;
+    case OP_EV_SETTLE: ONCE_ASSERT(op->scope && op->receipt); break;
+    case OP_EV_REDELIVER: ONCE_ASSERT(op->scope && op->event_id); break;
+    default: break;
+    }
+}
+
 int store_op_submit_wait(batchq *q, store_op *op)
 {
+    store_op_check(op);
     int rc = bq_submit_wait(q, &op->item);
     if (rc < 0)
         return once_fail(rc, "the store is closing");
@@ -58,6 +83,7 @@ static void op_async_done(bq_item *item)
 
 int store_op_submit_async(batchq *q, const store_op *op, once_cb cb, void *ctx)
 {
+    store_op_check(op);
     store_op *h = malloc(sizeof *h);
     if (!h)
         return once_fail(ONCE_ENOMEM, "out of memory");

@@ -6,7 +6,7 @@
 #ifndef ONCE_STORE_OP_H
 #define ONCE_STORE_OP_H
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 #include "store/batchq.h"
 
 typedef enum store_op_kind {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
 #include "store/pg_schema.h"
 
 #define SCHEMA_LOCK_KEY 0x4f4e4345 /* "ONCE" */

@@ -62,27 +62,6 @@ static const char *const ev_sql[EV_COUNT] = {
     [EV_SWEEP] = "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= ?1",
 };
 
-static const char *const state_names[] = {[ONCE_EVENT_PENDING] = "pending", [ONCE_EVENT_DELIVERED] = "delivered",
-                                          [ONCE_EVENT_DEAD] = "dead"};
-
-const char *once_event_state_name(once_event_state s)
-{
-    if ((int)s < ONCE_EVENT_PENDING || (int)s > ONCE_EVENT_DEAD)
-        return NULL;
-    return state_names[s];
-}
-
-int once_event_state_parse(const char *name, once_event_state *out)
-{
-    for (int s = ONCE_EVENT_PENDING; name && out && s <= ONCE_EVENT_DEAD; s++) {
-        if (strcmp(name, state_names[s]) == 0) {
-            *out = (once_event_state)s;
-            return ONCE_OK;
-        }
-    }
-    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, delivered or dead", name ? name : "");
-}
-
 static sqlite3_stmt *ev_stmt(sq_conn *c, store_op *op, enum sq_ev_stmt i)
 {
     return sq_prepare(c, op, &c->ev[i], ev_sql[i]);

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "common/check.h"
 #include "store/sqlite_ops.h"
 
 #define COLS                                                                                        \
@@ -92,7 +93,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RENEW] = "UPDATE actions SET lease_expires_at = ?2 WHERE id = ?1",
 };
 
-static int sq_code(int rc)
+int sq_errcode(int rc)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB: return ONCE_ENOTDB;
@@ -105,7 +106,7 @@ static int sq_code(int rc)
 
 void sq_fail_sql(store_op *op, sq_conn *c, int rc, const char *what)
 {
-    store_op_fail(op, sq_code(rc), "%s: %s", what, sqlite3_errmsg(c->db));
+    store_op_fail(op, sq_errcode(rc), "%s: %s", what, sqlite3_errmsg(c->db));
 }
 
 int sq_conn_open(sq_conn *c, const char *path)
@@ -122,7 +123,7 @@ int sq_conn_open(sq_conn *c, const char *path)
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
     if (rc != SQLITE_OK) {
-        int code = sq_code(rc);
+        int code = sq_errcode(rc);
         once_fail(code == ONCE_ENOTDB ? code : ONCE_ESTORE, "cannot open '%s': %s", path,
                   c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
         sqlite3_close(c->db);
@@ -442,6 +443,7 @@ static void op_reserve(sq_conn *c, store_op *op)
     if (h.state == ONCE_STATE_PENDING && !r->retry_unknown) {
         /* The lease ran out and no loop has noticed yet. The attempt may
          * have acted: never hand the key to a new attempt. */
+        ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_UNKNOWN));
         if (!(st = stmt(c, op, ST_SET_STATE)))
             return;
         sqlite3_bind_int64(st, 1, h.id);
@@ -465,6 +467,7 @@ static void op_reserve(sq_conn *c, store_op *op)
     }
     /* RELEASED, COMPLETED past its retention, or (natively deduped) UNKNOWN,
      * HELD or an expired lease: a new attempt. */
+    ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_PENDING));
     if (!(st = stmt(c, op, ST_REARM)))
         return;
     sqlite3_bind_int64(st, 1, h.id);
@@ -505,6 +508,7 @@ static void op_complete(sq_conn *c, store_op *op)
         store_op_fail(op, ONCE_ESTATE, "%s/%s was released: it cannot be completed", op->scope, op->key);
         return;
     }
+    ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_COMPLETED));
     sqlite3_stmt *st = stmt(c, op, ST_COMPLETE);
     if (!st)
         return;
@@ -524,8 +528,11 @@ static void op_complete(sq_conn *c, store_op *op)
         op->rc = ONCE_OK;
 }
 
-static int set_state(sq_conn *c, store_op *op, int64_t id, once_state to, const char *text, int64_t expires_at)
+static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to, const char *text,
+                     int64_t expires_at)
 {
+    ONCE_ASSERT(ledger_transition_allowed(h->state, to));
+    int64_t id = h->id;
     sqlite3_stmt *st = stmt(c, op, ST_SET_STATE);
     if (!st)
         return -1;
@@ -552,7 +559,7 @@ static void op_settle(sq_conn *c, store_op *op)
         return;
     }
     int64_t expires = op->to == ONCE_STATE_RELEASED ? op->now + h.retention_ms : 0;
-    if (set_state(c, op, h.id, op->to, op->text, expires) == 0)
+    if (set_state(c, op, &h, op->to, op->text, expires) == 0)
         op->rc = ONCE_OK;
 }
 
@@ -585,6 +592,8 @@ static void op_resolve(sq_conn *c, store_op *op)
     row_head h;
     if (row_need_unknown(c, op, &h, 1, "resolved") < 0)
         return;
+    ONCE_ASSERT(ledger_transition_allowed(h.state, op->outcome == ONCE_OUTCOME_COMPLETED ? ONCE_STATE_COMPLETED
+                                                                                        : ONCE_STATE_RELEASED));
     sqlite3_stmt *st = stmt(c, op, ST_RESOLVE);
     if (!st)
         return;
@@ -602,7 +611,7 @@ static void op_hold(sq_conn *c, store_op *op)
     row_head h;
     if (row_need_unknown(c, op, &h, 0, "held") < 0)
         return;
-    if (set_state(c, op, h.id, ONCE_STATE_HELD, op->text, 0) == 0)
+    if (set_state(c, op, &h, ONCE_STATE_HELD, op->text, 0) == 0)
         op->rc = ONCE_OK;
 }
 

@@ -87,6 +87,9 @@ void *sq_col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok);
 /* The webhook event operations (sqlite_events.c). */
 void sq_event_run(sq_conn *c, store_op *op);
 /* 1 when (source, event_id) is stored, 0 when not, -1 on error (op failed). */
+/* The ledger's code for an SQLite result code. */
+int sq_errcode(int rc);
+
 int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev);
 
 #endif

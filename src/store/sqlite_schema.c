@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ledger/internal.h"
+#include "ledger/store.h"
+#include "store/sqlite_ops.h"
 #include "store/sqlite_schema.h"
 
 /* Migration N takes a database from version N-1 to N. Never edit a shipped
@@ -85,17 +86,6 @@ int sqlite_schema_latest(void)
     return LATEST;
 }
 
-static int sq_code(int rc)
-{
-    switch (rc & 0xff) {
-    case SQLITE_NOTADB: return ONCE_ENOTDB;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ONCE_EBUSY;
-    case SQLITE_NOMEM: return ONCE_ENOMEM;
-    default: return ONCE_ESTORE;
-    }
-}
-
 static int pragma_int(sqlite3 *db, const char *sql, long long *out)
 {
     sqlite3_stmt *st = NULL;
@@ -108,7 +98,7 @@ static int pragma_int(sqlite3 *db, const char *sql, long long *out)
         }
     }
     if (rc != SQLITE_OK) {
-        int code = sq_code(rc);
+        int code = sq_errcode(rc);
         once_fail(code, "%s: %s", sql, sqlite3_errmsg(db));
         sqlite3_finalize(st);
         return code;
@@ -122,7 +112,7 @@ static int exec(sqlite3 *db, const char *sql)
     char *msg = NULL;
     int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
-        int code = sq_code(rc);
+        int code = sq_errcode(rc);
         once_fail(code, "schema: %s", msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
         return code;

@@ -20,10 +20,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "ledger/fault.h"
+#include "common/clock.h"
+#include "common/fault.h"
 #include "store/sqlite_ops.h"
 #include "store/sqlite_schema.h"
-#include "store/store.h"
+#include "store/stores.h"
 
 #define BATCH_MAX 512
 #define POOL_MAX 64
@@ -54,13 +55,6 @@ typedef struct sq_store {
     int64_t wal_limit;      /* past this, a checkpoint restarts and truncates the WAL (under ckpt_mu) */
     int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
 } sq_store;
-
-static double mono_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- group commit ------------------------------------------------------ */
 
@@ -101,7 +95,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
 {
     sqlite3 *db = s->writer.db;
     int sqlrc;
-    double t0 = mono_seconds();
+    double t0 = clock_mono_seconds();
     for (size_t i = 0; i < n; i++)
         ops[i]->rc = ONCE_ESTORE;
     if (tx_exec(db, "BEGIN IMMEDIATE", &sqlrc) < 0) {
@@ -139,7 +133,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
     FAULT_POINT("after_commit");
     once_commit_hook hook = s->base.commit_hook;
     if (hook)
-        hook(s->base.commit_hook_ctx, n, mono_seconds() - t0);
+        hook(s->base.commit_hook_ctx, n, clock_mono_seconds() - t0);
 }
 
 static void *writer_main(void *arg)
@@ -202,10 +196,7 @@ static void *ckpt_main(void *arg)
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &ts);
+            clock_cond_wait_ms(&s->ckpt_cv, &s->ckpt_mu, 1000);
             if (s->ckpt_stop)
                 break;
         }
@@ -585,16 +576,24 @@ static int sqs_lock(once_store *st)
     sq_store *s = sq(st);
     if (s->memory || s->lock_fd >= 0)
         return ONCE_OK;
+    /* The file's real name: a symlink or another spelling of the path must
+     * meet the same lock (a hard link would not; nobody serves one by
+     * accident). */
+    char *real = realpath(s->path, NULL);
+    if (!real)
+        return once_fail(ONCE_ESTORE, "cannot resolve %s: %s", s->path, strerror(errno));
     char path[4096];
-    if (snprintf(path, sizeof path, "%s.lock", s->path) >= (int)sizeof path)
+    int plen = snprintf(path, sizeof path, "%s.lock", real);
+    free(real);
+    if (plen < 0 || plen >= (int)sizeof path)
         return once_fail(ONCE_EINVAL, "store: path too long");
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return once_fail(ONCE_ESTORE, "cannot open %s: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
-        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
+        ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
+        pid[got > 0 ? got : 0] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
         close(fd);
         return once_fail(ONCE_EBUSY, "%s is served by another once serve%s%s%s", s->path, pid[0] ? " (pid " : "",
@@ -657,7 +656,7 @@ int sqlite_store_open(const char *path, once_store **out)
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
-    pthread_cond_init(&s->ckpt_cv, NULL);
+    clock_cond_init(&s->ckpt_cv);
 
     int rc = sq_conn_open(&s->writer, path);
     if (rc == ONCE_OK)

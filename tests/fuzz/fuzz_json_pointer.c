@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/json_pointer.h"
+#include "common/json_pointer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "ledger/key_template.h"
+#include "common/key_template.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

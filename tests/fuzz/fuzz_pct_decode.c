@@ -1,16 +1,15 @@
 /*
  * fuzz_pct_decode.c — libFuzzer target for the gateway's percent-decoder of
- * request paths and query values (src/server/pct.c), which sees raw client
+ * request paths and query values (src/common/pct.c), which sees raw client
  * bytes.
  *
- * pct.c is not part of libonce, so it is compiled into the target (it needs
- * nothing but its header). Each input is decoded into a buffer of exactly
+ * pct.c is part of the gateway's objects, which the target links. Each input is decoded into a buffer of exactly
  * cap bytes (heap, so ASan sees a write past it), for a cap taken from the
  * input and for a cap large enough for any result, and the result is
  * compared with an independent reference decoder. pct_valid is checked
  * against the same reference.
  */
-#include "server/pct.c"
+#include "common/pct.h"
 
 #include <stddef.h>
 #include <stdint.h>

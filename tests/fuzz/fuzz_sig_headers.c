@@ -24,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "ledger/webhook_sig.h"
+#include "common/webhook_sig.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

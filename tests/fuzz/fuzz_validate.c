@@ -7,12 +7,9 @@
  * Every answer is checked against an independent model of the rules in
  * once.h (a mismatch traps), and every error must come with a detail.
  *
- * validate.c is compiled into the target as well, so that libFuzzer's
- * coverage sees inside the validators (libonce itself is built without
- * -fsanitize=fuzzer); its symbols then come from here, not from libonce.a.
+ * libonce is built with -fsanitize=fuzzer-no-link in a fuzz build, so
+ * libFuzzer's coverage sees inside the validators.
  */
-#include "ledger/validate.c"
-
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -87,3 +87,15 @@ def test_standard_webhooks_new_message_is_accepted(gw):
         h = standard_headers(SW_SECRET, "msg_" + uuid.uuid4().hex[:20], payload)
         assert_status(gw.hook("sw", payload, svix(h) if family == "svix" else h), "accepted")
     assert len(inbox(gw, "sw")) == 2
+
+
+def test_unverified_source_keeps_events_with_the_same_body(gateway):
+    """Regression: with verify = none there is no signature to replay, so the body digest
+    must not merge two events that share a body (a ping sent twice is two events). The
+    chaos flood test found this: 30 events with one body became one."""
+    g = gateway(sources={"open": {"verify": "none", "insecure": "yes", "event_id": "header:X-Event-Id"}})
+    same = b'{"type":"ping"}'
+    for ev in ("evt_a", "evt_b", "evt_c"):
+        assert_status(g.hook("open", same, {"X-Event-Id": ev, "Content-Type": "application/json"}), "accepted")
+    assert_status(g.hook("open", same, {"X-Event-Id": "evt_b", "Content-Type": "application/json"}), "duplicate")
+    assert sorted(e["event_id"] for e in inbox(g, "open")) == ["evt_a", "evt_b", "evt_c"]

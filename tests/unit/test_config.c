@@ -4,10 +4,11 @@
  * expansion, *_file keys, defaults and the environment overrides, and the
  * [source.NAME] webhook sections (per-scheme defaults, secrets, checks).
  *
- * config.c is not part of libonce, so it is compiled into this test.
+ * The loader is part of the server's object library, which this test links.
  */
-#include "server/config.c"
+#include "server/config.h"
 
+#include "common/webhook_sig.h"
 #include "helpers.h"
 
 typedef struct tc_env {

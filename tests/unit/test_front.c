@@ -2,7 +2,7 @@
  * test_front.c — the gateway's header-phase decisions, without a socket:
  * request targets and the upstream URLs built from them (target.c), roles,
  * Origin and Host (access.c), and the route table (router.c). Each attack
- * of DESIGN.md §6 has a row here; the black-box proof is tests/security.
+ * of docs/security.md has a row here; the black-box proof is tests/security.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -20,7 +20,7 @@
 
 #include <jansson.h>
 
-#include "ledger/key_template.h"
+#include "common/key_template.h"
 
 /* ---- a request ------------------------------------------------------------ */
 

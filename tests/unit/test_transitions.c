@@ -1,6 +1,6 @@
 /*
  * test_transitions.c — every legal transition of the action state machine
- * (once.h, DESIGN.md §2), the lease expiry loop and the sweep.
+ * (once.h, docs/architecture.md), the lease expiry loop and the sweep.
  */
 #include "helpers.h"
 

@@ -33,8 +33,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "ledger/json_pointer.h"
-#include "ledger/webhook_sig.h"
+#include "common/json_pointer.h"
+#include "common/webhook_sig.h"
 
 /* ---- a request's headers ------------------------------------------------ */
 

@@ -1,12 +1,41 @@
 /*
- * store.h — the interface every store implements (SQLite now, PostgreSQL
- * later). The ledger validates arguments and reads the clock; a store only
- * applies already-checked operations atomically and durably.
+ * store.h — what the ledger asks of a store, and what it gives one: the
+ * interface every store implements (SQLite, PostgreSQL), and the ledger's
+ * helpers for errors, copies and tokens that stores use too. The ledger
+ * validates arguments and reads the clock; a store only applies
+ * already-checked operations atomically and durably.
+ *
+ * The ledger owns this interface: src/store includes it, and nothing here
+ * names a store (src/store/open.c opens one by URL).
  */
-#ifndef ONCE_STORE_STORE_H
-#define ONCE_STORE_STORE_H
+#ifndef ONCE_LEDGER_STORE_H
+#define ONCE_LEDGER_STORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "once/once.h"
+
+#define ONCE_DETAIL_MAX 512
+
+/* Records a printf-style detail for code on this thread and returns code, so
+ * error paths read `return once_fail(ONCE_EINVAL, "key: empty");`. */
+int once_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Clears this thread's detail at the start of a public call. */
+void once_detail_clear(void);
+
+/* Formats into a caller buffer, always NUL-terminated, truncating. */
+void once_vformat(char *buf, size_t len, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Heap copy of n bytes plus a NUL; NULL on allocation failure. */
+void *once_memdup0(const void *src, size_t n);
+
+/* 16 random bytes as 32 lower-case hex characters and a NUL. */
+int once_token_new(char out[ONCE_TOKEN_LEN + 1]);
+
 
 typedef struct store_vtable {
     const char *name;
@@ -63,6 +92,14 @@ typedef struct store_vtable {
     void (*close)(once_store *s);
 } store_vtable;
 
+/* Whether the action state machine (docs/architecture.md) has an arrow from -> to.
+ * Stores assert their transitions with it. */
+int ledger_transition_allowed(once_state from, once_state to);
+
+/* Called by the opener once a store is open: the ledger hangs what it keeps
+ * per store on it (the replay cache). 0, or an error after closing it. */
+int ledger_store_attach(once_store *store);
+
 /* The common head of every store; implementations embed it first. */
 struct once_store {
     const store_vtable *vt;
@@ -70,15 +107,5 @@ struct once_store {
     void *commit_hook_ctx;
     struct replay_cache *replay; /* the ledger's (ledger/replay_cache.h); NULL until open returns */
 };
-
-/* sqlite3_config before SQLite starts (once_global_init). */
-void sqlite_store_global_init(void);
-
-/* Opens a SQLite store on path (":memory:" for a private in-memory one). */
-int sqlite_store_open(const char *path, once_store **out);
-
-/* Opens a PostgreSQL store on a libpq URL; ?once_schema=NAME puts its
- * tables in that schema (created if needed). */
-int pg_store_open(const char *url, once_store **out);
 
 #endif

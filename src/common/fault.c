@@ -2,7 +2,7 @@
  * fault.c — the crash points of the chaos suite (see fault.h). Compiled to
  * an empty unit unless ONCE_FAULT_INJECTION is defined.
  */
-#include "ledger/fault.h"
+#include "common/fault.h"
 
 #ifdef ONCE_FAULT_INJECTION
 #include <signal.h>

@@ -15,8 +15,8 @@
  * is about to be sent), during_delivery (the delivery was handed to the
  * upstream client).
  */
-#ifndef ONCE_LEDGER_FAULT_H
-#define ONCE_LEDGER_FAULT_H
+#ifndef ONCE_COMMON_FAULT_H
+#define ONCE_COMMON_FAULT_H
 
 #ifdef ONCE_FAULT_INJECTION
 void fault_point(const char *name);

@@ -10,6 +10,9 @@
 
 /* 0 if ptr is a syntactically valid pointer ("" or "/a/b~1c/0"), else -1. */
 int json_pointer_check(const char *ptr);
+/* The same check of p[0..n), which need not be NUL-terminated (a pointer
+ * inside a longer text): 1 if valid, else 0. */
+int json_pointer_valid(const char *p, size_t n);
 
 /* The value at ptr inside root (borrowed), or NULL when absent or ptr is
  * malformed. Array indexes are decimal without leading zeros; "-" is never

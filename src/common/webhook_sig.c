@@ -19,7 +19,10 @@
  *    fits an int64_t; |now - t| is computed in unsigned arithmetic so no
  *    input can overflow it.
  */
-#include "ledger/webhook_sig.h"
+#include "common/webhook_sig.h"
+
+#include "common/errbuf.h"
+#include "common/hex.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -34,9 +37,7 @@
 #include <openssl/params.h>
 
 #define SIG_MAC_LEN 32            /* HMAC-SHA256 output */
-#define SIG_MAX_SECRETS 16        /* rotation needs 2 or 3; bounds the stack array of MACs */
 #define SIG_DEFAULT_TOL_MS 300000 /* 5 minutes */
-#define SIG_MAX_SECRET_LEN 4096   /* a secret longer than this is a configuration mistake */
 
 struct sig_verifier {
     sig_scheme scheme;
@@ -78,18 +79,6 @@ static EVP_MAC *sig_mac(void)
 
 /* ---- small helpers ----------------------------------------------------- */
 
-/* Writes a message into a caller's buffer that may be NULL or empty, so
- * every error path can report without checking the buffer itself. */
-static void sig_msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void sig_msg(char *buf, size_t len, const char *fmt, ...)
-{
-    if (buf == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
 
 /* Optional whitespace as HTTP defines it (space, tab): header values are
  * trimmed of it at both ends and list items around their separators. */
@@ -131,17 +120,6 @@ static int sig_next_item(const char **p, const char *end, char sep, const char *
     return 1;
 }
 
-/* Value of one hex digit (either case), or -1. */
-static int sig_hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Decodes exactly n hex characters into at most cap bytes: a signature in
  * hex must be complete and well formed, or it matches nothing. 0 or -1. */
@@ -150,8 +128,8 @@ static int sig_hex_decode(const char *s, size_t n, uint8_t *out, size_t cap, siz
     if (n % 2 != 0 || n / 2 > cap)
         return -1;
     for (size_t i = 0; i < n; i += 2) {
-        int hi = sig_hexval((unsigned char)s[i]);
-        int lo = sig_hexval((unsigned char)s[i + 1]);
+        int hi = hex_value((char)(unsigned char)s[i]);
+        int lo = hex_value((char)(unsigned char)s[i + 1]);
         if (hi < 0 || lo < 0)
             return -1;
         out[i / 2] = (uint8_t)(hi << 4 | lo);
@@ -280,13 +258,13 @@ static int sig_check_ts(const sig_verifier *v, int64_t ts_ms, int64_t now_ms, ch
     if (now_ms >= ts_ms) {
         uint64_t d = (uint64_t)now_ms - (uint64_t)ts_ms;
         if (d > (uint64_t)v->tol_ms) {
-            sig_msg(why, whylen, "stale timestamp");
+            errbuf_set(why, whylen, "stale timestamp");
             return -1;
         }
     } else {
         uint64_t d = (uint64_t)ts_ms - (uint64_t)now_ms;
         if (d > (uint64_t)v->tol_ms) {
-            sig_msg(why, whylen, "future timestamp");
+            errbuf_set(why, whylen, "future timestamp");
             return -1;
         }
     }
@@ -353,7 +331,7 @@ static int sig_get(sig_header_fn header, void *ctx, const char *name, const char
 {
     const char *s = header(ctx, name);
     if (s == NULL) {
-        sig_msg(why, whylen, "missing header");
+        errbuf_set(why, whylen, "missing header");
         return -1;
     }
     *val = s;
@@ -364,12 +342,20 @@ static int sig_get(sig_header_fn header, void *ctx, const char *name, const char
 
 /* ---- scheme names ------------------------------------------------------ */
 
+/* Each scheme's config name, the event id its sender always sends (NULL:
+ * none, the config names one) and whether it signs a timestamp. */
 static const struct {
     const char *name;
     sig_scheme scheme;
+    const char *event_id;
+    int signs_time;
 } g_schemes[] = {
-    {"none", SIG_NONE},     {"stripe", SIG_STRIPE}, {"github", SIG_GITHUB},
-    {"standard", SIG_STANDARD}, {"slack", SIG_SLACK}, {"hmac-sha256", SIG_HMAC_SHA256},
+    {"none", SIG_NONE, NULL, 0},
+    {"stripe", SIG_STRIPE, "json:/id", 1},
+    {"github", SIG_GITHUB, "header:X-GitHub-Delivery", 0},
+    {"standard", SIG_STANDARD, "header:webhook-id", 1},
+    {"slack", SIG_SLACK, "json:/event_id", 1},
+    {"hmac-sha256", SIG_HMAC_SHA256, NULL, 0},
 };
 
 /* Config names to schemes; exact, lower-case names as documented. */
@@ -386,14 +372,47 @@ int sig_scheme_parse(const char *name, sig_scheme *out)
     return -1;
 }
 
-/* The config name of a scheme, for logs and messages; never NULL. */
-const char *sig_scheme_name(sig_scheme s)
+/* The g_schemes index of a scheme, or -1. */
+static int sig_scheme_index(sig_scheme s)
 {
     for (size_t i = 0; i < sizeof g_schemes / sizeof g_schemes[0]; i++) {
         if (g_schemes[i].scheme == s)
-            return g_schemes[i].name;
+            return (int)i;
     }
-    return "unknown";
+    return -1;
+}
+
+/* The config name of a scheme, for logs and messages; never NULL. */
+const char *sig_scheme_name(sig_scheme s)
+{
+    int i = sig_scheme_index(s);
+    return i < 0 ? "unknown" : g_schemes[i].name;
+}
+
+const char *sig_scheme_default_event_id(sig_scheme s)
+{
+    int i = sig_scheme_index(s);
+    return i < 0 ? NULL : g_schemes[i].event_id;
+}
+
+int sig_scheme_signs_time(sig_scheme s)
+{
+    int i = sig_scheme_index(s);
+    return i >= 0 && g_schemes[i].signs_time;
+}
+
+/* The same decoder as the verifier's, so a key the config accepts is one
+ * sig_verifier_new accepts; the decoded bytes are wiped. */
+int sig_whsec_valid(const char *s, size_t n)
+{
+    static const char pfx[] = "whsec_";
+    const size_t pl = sizeof pfx - 1;
+    uint8_t key[SIG_MAX_SECRET_LEN];
+    size_t keylen = 0;
+    int ok = s != NULL && n > pl && n <= SIG_MAX_SECRET_LEN && memcmp(s, pfx, pl) == 0 &&
+             sig_b64_decode(s + pl, n - pl, key, sizeof key, &keylen) == 0 && keylen > 0;
+    OPENSSL_cleanse(key, sizeof key);
+    return ok;
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -425,25 +444,25 @@ static EVP_MAC_CTX *sig_key_ctx(EVP_MAC *mac, const uint8_t *key, size_t keylen)
 int sig_verifier_new(const sig_config *cfg, sig_verifier **out, char *err, size_t errlen)
 {
     if (out == NULL) {
-        sig_msg(err, errlen, "no output pointer");
+        errbuf_set(err, errlen, "no output pointer");
         return -1;
     }
     *out = NULL;
     if (cfg == NULL) {
-        sig_msg(err, errlen, "no configuration");
+        errbuf_set(err, errlen, "no configuration");
         return -1;
     }
     if (cfg->scheme < SIG_NONE || cfg->scheme > SIG_HMAC_SHA256) {
-        sig_msg(err, errlen, "unknown signature scheme");
+        errbuf_set(err, errlen, "unknown signature scheme");
         return -1;
     }
     if (cfg->tolerance_ms < 0) {
-        sig_msg(err, errlen, "negative timestamp tolerance");
+        errbuf_set(err, errlen, "negative timestamp tolerance");
         return -1;
     }
     sig_verifier *v = calloc(1, sizeof *v);
     if (v == NULL) {
-        sig_msg(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         return -1;
     }
     v->scheme = cfg->scheme;
@@ -456,50 +475,50 @@ int sig_verifier_new(const sig_config *cfg, sig_verifier **out, char *err, size_
 
     if (cfg->scheme == SIG_HMAC_SHA256) {
         if (cfg->header == NULL || cfg->header[0] == '\0') {
-            sig_msg(err, errlen, "hmac-sha256: signature_header is required");
+            errbuf_set(err, errlen, "hmac-sha256: signature_header is required");
             goto fail;
         }
         v->header = strdup(cfg->header);
         if (v->header == NULL) {
-            sig_msg(err, errlen, "out of memory");
+            errbuf_set(err, errlen, "out of memory");
             goto fail;
         }
         if (cfg->prefix != NULL && cfg->prefix[0] != '\0') {
             v->prefix = strdup(cfg->prefix);
             if (v->prefix == NULL) {
-                sig_msg(err, errlen, "out of memory");
+                errbuf_set(err, errlen, "out of memory");
                 goto fail;
             }
             v->prefix_len = strlen(v->prefix);
         }
     }
     if (cfg->secrets == NULL || cfg->nsecrets == 0) {
-        sig_msg(err, errlen, "%s: at least one secret is required", sig_scheme_name(cfg->scheme));
+        errbuf_set(err, errlen, "%s: at least one secret is required", sig_scheme_name(cfg->scheme));
         goto fail;
     }
     if (cfg->nsecrets > SIG_MAX_SECRETS) {
-        sig_msg(err, errlen, "%s: at most %d secrets", sig_scheme_name(cfg->scheme), SIG_MAX_SECRETS);
+        errbuf_set(err, errlen, "%s: at most %d secrets", sig_scheme_name(cfg->scheme), SIG_MAX_SECRETS);
         goto fail;
     }
     EVP_MAC *mac = sig_mac();
     if (mac == NULL) {
-        sig_msg(err, errlen, "OpenSSL offers no HMAC");
+        errbuf_set(err, errlen, "OpenSSL offers no HMAC");
         goto fail;
     }
     v->keys = calloc(cfg->nsecrets, sizeof *v->keys);
     if (v->keys == NULL) {
-        sig_msg(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         goto fail;
     }
     for (size_t i = 0; i < cfg->nsecrets; i++) {
         const char *s = cfg->secrets[i];
         size_t n = s == NULL ? 0 : strnlen(s, SIG_MAX_SECRET_LEN + 1);
         if (n == 0) {
-            sig_msg(err, errlen, "secret %zu is empty", i + 1);
+            errbuf_set(err, errlen, "secret %zu is empty", i + 1);
             goto fail;
         }
         if (n > SIG_MAX_SECRET_LEN) {
-            sig_msg(err, errlen, "secret %zu is longer than %d bytes", i + 1, SIG_MAX_SECRET_LEN);
+            errbuf_set(err, errlen, "secret %zu is longer than %d bytes", i + 1, SIG_MAX_SECRET_LEN);
             goto fail;
         }
         if (cfg->scheme == SIG_STANDARD) {
@@ -510,7 +529,7 @@ int sig_verifier_new(const sig_config *cfg, sig_verifier **out, char *err, size_
                 sig_b64_decode(s + sizeof pfx - 1, n - (sizeof pfx - 1), key, sizeof key, &keylen) != 0 ||
                 keylen == 0) {
                 OPENSSL_cleanse(key, sizeof key);
-                sig_msg(err, errlen, "secret %zu is not \"whsec_\" followed by base64", i + 1);
+                errbuf_set(err, errlen, "secret %zu is not \"whsec_\" followed by base64", i + 1);
                 goto fail;
             }
             v->keys[i] = sig_key_ctx(mac, key, keylen);
@@ -519,7 +538,7 @@ int sig_verifier_new(const sig_config *cfg, sig_verifier **out, char *err, size_
             v->keys[i] = sig_key_ctx(mac, (const uint8_t *)s, n);
         }
         if (v->keys[i] == NULL) {
-            sig_msg(err, errlen, "OpenSSL could not key HMAC-SHA256 with secret %zu", i + 1);
+            errbuf_set(err, errlen, "OpenSSL could not key HMAC-SHA256 with secret %zu", i + 1);
             goto fail;
         }
         v->nkeys = i + 1;
@@ -579,7 +598,7 @@ static int sig_verify_stripe(const sig_verifier *v, sig_header_fn header, void *
     }
     int64_t ts_ms;
     if (nt != 1 || nv1 == 0 || sig_parse_ts(t, tn, &ts_ms) != 0) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     if (sig_check_ts(v, ts_ms, now_ms, why, whylen) != 0)
@@ -588,7 +607,7 @@ static int sig_verify_stripe(const sig_verifier *v, sig_header_fn header, void *
     uint8_t macs[SIG_MAX_SECRETS][SIG_MAC_LEN];
     if (sig_mac_all(v, parts, 3, macs) != 0) {
         sig_wipe(macs);
-        sig_msg(why, whylen, "internal error");
+        errbuf_set(why, whylen, "internal error");
         return -1;
     }
     int ok = 0;
@@ -602,7 +621,7 @@ static int sig_verify_stripe(const sig_verifier *v, sig_header_fn header, void *
     }
     sig_wipe(macs);
     if (!ok) {
-        sig_msg(why, whylen, "no signature matched");
+        errbuf_set(why, whylen, "no signature matched");
         return -1;
     }
     return 0;
@@ -616,7 +635,7 @@ static int sig_verify_single(const sig_verifier *v, const char *hv, size_t hn, c
                              size_t whylen)
 {
     if (hn < prefix_len || (prefix_len > 0 && memcmp(hv, prefix, prefix_len) != 0)) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     hv += prefix_len;
@@ -626,19 +645,19 @@ static int sig_verify_single(const sig_verifier *v, const char *hv, size_t hn, c
     int rc = base64 ? sig_b64_decode(hv, hn, cand, sizeof cand, &cn)
                     : sig_hex_decode(hv, hn, cand, sizeof cand, &cn);
     if (rc != 0 || cn != SIG_MAC_LEN) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     uint8_t macs[SIG_MAX_SECRETS][SIG_MAC_LEN];
     if (sig_mac_all(v, parts, nparts, macs) != 0) {
         sig_wipe(macs);
-        sig_msg(why, whylen, "internal error");
+        errbuf_set(why, whylen, "internal error");
         return -1;
     }
     int ok = sig_match_any(v, macs, cand);
     sig_wipe(macs);
     if (!ok) {
-        sig_msg(why, whylen, "no signature matched");
+        errbuf_set(why, whylen, "no signature matched");
         return -1;
     }
     return 0;
@@ -693,7 +712,7 @@ static int sig_verify_standard(const sig_verifier *v, sig_header_fn header, void
         return -1;
     int64_t ts_ms;
     if (!sig_id_ok(id, idn) || sig_parse_ts(ts, tsn, &ts_ms) != 0) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     if (sig_check_ts(v, ts_ms, now_ms, why, whylen) != 0)
@@ -702,7 +721,7 @@ static int sig_verify_standard(const sig_verifier *v, sig_header_fn header, void
     uint8_t macs[SIG_MAX_SECRETS][SIG_MAC_LEN];
     if (sig_mac_all(v, parts, 5, macs) != 0) {
         sig_wipe(macs);
-        sig_msg(why, whylen, "internal error");
+        errbuf_set(why, whylen, "internal error");
         return -1;
     }
     int ok = 0, nv1 = 0;
@@ -719,11 +738,11 @@ static int sig_verify_standard(const sig_verifier *v, sig_header_fn header, void
     }
     sig_wipe(macs);
     if (nv1 == 0) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     if (!ok) {
-        sig_msg(why, whylen, "no signature matched");
+        errbuf_set(why, whylen, "no signature matched");
         return -1;
     }
     return 0;
@@ -741,7 +760,7 @@ static int sig_verify_slack(const sig_verifier *v, sig_header_fn header, void *c
         return -1;
     int64_t ts_ms;
     if (sig_parse_ts(ts, tsn, &ts_ms) != 0) {
-        sig_msg(why, whylen, "malformed header");
+        errbuf_set(why, whylen, "malformed header");
         return -1;
     }
     if (sig_check_ts(v, ts_ms, now_ms, why, whylen) != 0)
@@ -754,9 +773,9 @@ static int sig_verify_slack(const sig_verifier *v, sig_header_fn header, void *c
 int sig_verify(const sig_verifier *v, sig_header_fn header, void *ctx, const uint8_t *body, size_t len,
                int64_t now_ms, char *why, size_t whylen)
 {
-    sig_msg(why, whylen, "%s", "");
+    errbuf_set(why, whylen, "%s", "");
     if (v == NULL || header == NULL || (body == NULL && len > 0)) {
-        sig_msg(why, whylen, "invalid argument");
+        errbuf_set(why, whylen, "invalid argument");
         return -1;
     }
     if (body == NULL)
@@ -782,7 +801,7 @@ int sig_verify(const sig_verifier *v, sig_header_fn header, void *ctx, const uin
             return -1;
         return sig_verify_single(v, hv, hn, v->prefix, v->prefix_len, v->base64, raw, 1, why, whylen);
     }
-    sig_msg(why, whylen, "unknown scheme");
+    errbuf_set(why, whylen, "unknown scheme");
     return -1;
 }
 

@@ -2,17 +2,26 @@
  * pct.c — percent-decoding of request paths and query values. Paths arrive
  * raw from clients; a malformed escape is a 400, never a guess.
  */
-#include "server/pct.h"
+#include "common/pct.h"
 
-int pct_hexval(char c)
+#include "common/hex.h"
+
+int pct_encode(buf *b, const char *s, size_t n, size_t max)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                   c == '.' || c == '_' || c == '~';
+        char e[3] = {(char)c, 0, 0};
+        if (!keep) {
+            e[0] = '%';
+            e[1] = hex_digit(c >> 4, 1);
+            e[2] = hex_digit(c, 1);
+        }
+        if (buf_append(b, e, keep ? 1 : 3, max) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 int pct_decode(const char *in, size_t n, char *out, size_t cap)
@@ -23,7 +32,7 @@ int pct_decode(const char *in, size_t n, char *out, size_t cap)
         if (c == '%') {
             if (i + 2 >= n)
                 return -1;
-            int hi = pct_hexval(in[i + 1]), lo = pct_hexval(in[i + 2]);
+            int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             c = (unsigned char)(hi * 16 + lo);
@@ -46,7 +55,7 @@ int pct_valid(const char *s)
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '%') {
-            if (pct_hexval(p[1]) < 0 || pct_hexval(p[2]) < 0)
+            if (hex_value(p[1]) < 0 || hex_value(p[2]) < 0)
                 return 0;
             p += 2;
         } else if (c <= 0x20 || c >= 0x7f) {

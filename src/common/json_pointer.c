@@ -9,27 +9,28 @@
  * untrusted: nothing here recurses, and each lookup does one allocation,
  * bounded by the pointer's length.
  */
-#include "ledger/json_pointer.h"
+#include "common/json_pointer.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Syntax check: "" or '/'-led, with every '~' followed by '0' or '1'. */
 int json_pointer_check(const char *ptr)
 {
-    if (ptr == NULL)
-        return -1;
-    if (ptr[0] == '\0')
+    return ptr != NULL && json_pointer_valid(ptr, strlen(ptr)) ? 0 : -1;
+}
+
+/* Syntax check: "" or '/'-led, with every '~' followed by '0' or '1'. */
+int json_pointer_valid(const char *p, size_t n)
+{
+    if (n > 0 && (p == NULL || p[0] != '/'))
         return 0;
-    if (ptr[0] != '/')
-        return -1;
-    for (const char *p = ptr; *p != '\0'; p++) {
-        if (*p == '~' && p[1] != '0' && p[1] != '1')
-            return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '~' && (i + 1 == n || (p[i + 1] != '0' && p[i + 1] != '1')))
+            return 0;
     }
-    return 0;
+    return 1;
 }
 
 /* Parses an array index token: "0" or [1-9][0-9]*, and below size (a

@@ -1,7 +1,7 @@
 /*
  * buf.c — a growable byte buffer with a hard cap (see buf.h).
  */
-#include "server/buf.h"
+#include "common/buf.h"
 
 #include <stdlib.h>
 #include <string.h>

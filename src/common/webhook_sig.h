@@ -24,9 +24,22 @@ typedef enum sig_scheme {
     SIG_HMAC_SHA256    /* header (configurable), hex or base64, optional prefix, over the body */
 } sig_scheme;
 
+#define SIG_MAX_SECRETS 16      /* rotation needs 2 or 3; bounds the stack array of MACs */
+#define SIG_MAX_SECRET_LEN 4096 /* a secret longer than this is a configuration mistake */
+
 /* "stripe", "github", ... -> scheme; 0 or -1. */
 int sig_scheme_parse(const char *name, sig_scheme *out);
 const char *sig_scheme_name(sig_scheme s);
+/* The event id a source of this scheme uses when its config names none:
+ * "json:/POINTER" or "header:NAME" of an id the sender always sends; NULL
+ * when there is none (hmac-sha256, none) and the config must give one. */
+const char *sig_scheme_default_event_id(sig_scheme s);
+/* Whether the scheme signs a timestamp (so a tolerance applies): 1 or 0. */
+int sig_scheme_signs_time(sig_scheme s);
+
+/* Whether s[0..n) is a Standard Webhooks key sig_verifier_new accepts:
+ * "whsec_" then strict base64 of 1 to SIG_MAX_SECRET_LEN bytes. 1 or 0. */
+int sig_whsec_valid(const char *s, size_t n);
 
 typedef struct sig_config {
     sig_scheme scheme;

@@ -6,8 +6,12 @@
 
 #include <stddef.h>
 
-/* The value of a hex digit, or -1. */
-int pct_hexval(char c);
+#include "common/buf.h"
+
+/* Appends s[0..n) to b percent-encoded (RFC 3986: unreserved characters
+ * kept, every other byte as %XX), within max bytes. 0, or -1 (b unchanged
+ * past what fit). */
+int pct_encode(buf *b, const char *s, size_t n, size_t max);
 
 /* Percent-decodes n bytes of in into out (cap bytes with the NUL). -1 on a
  * malformed escape, an encoded NUL, or overflow. */

@@ -1,0 +1,78 @@
+/*
+ * states.c — the states of an action and of a webhook event, by name, and
+ * the action state machine of docs/architecture.md as a table: every store asserts
+ * its transitions against it (common/check.h), so a store that moved a row
+ * where the machine has no arrow fails its tests instead of going on.
+ */
+#include <string.h>
+
+#include "ledger/store.h"
+
+static const char *const state_names[] = {
+    [ONCE_STATE_PENDING] = "pending",   [ONCE_STATE_COMPLETED] = "completed",
+    [ONCE_STATE_RELEASED] = "released", [ONCE_STATE_UNKNOWN] = "unknown",
+    [ONCE_STATE_HELD] = "held",
+};
+
+const char *once_state_name(once_state s)
+{
+    if ((int)s < ONCE_STATE_PENDING || (int)s > ONCE_STATE_HELD)
+        return NULL;
+    return state_names[s];
+}
+
+int once_state_parse(const char *name, once_state *out)
+{
+    if (!name || !out)
+        return once_fail(ONCE_EINVAL, "state: missing");
+    for (int s = ONCE_STATE_PENDING; s <= ONCE_STATE_HELD; s++) {
+        if (strcmp(name, state_names[s]) == 0) {
+            *out = (once_state)s;
+            return ONCE_OK;
+        }
+    }
+    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, completed, released, unknown or held", name);
+}
+
+/* from -> to: the arrows of the machine. A row is (re)reserved from
+ * released, from a completed row past its retention, and from unknown or
+ * held when the upstream dedupes natively (forward_key_as). */
+static const unsigned char allowed[ONCE_STATE_HELD + 1][ONCE_STATE_HELD + 1] = {
+    [ONCE_STATE_PENDING] = {[ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1, [ONCE_STATE_UNKNOWN] = 1,
+                            [ONCE_STATE_PENDING] = 1 /* a lease ran out, natively deduped: attempt + 1 */},
+    [ONCE_STATE_UNKNOWN] = {[ONCE_STATE_HELD] = 1, [ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1,
+                            [ONCE_STATE_PENDING] = 1},
+    [ONCE_STATE_HELD] = {[ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1, [ONCE_STATE_PENDING] = 1},
+    [ONCE_STATE_RELEASED] = {[ONCE_STATE_PENDING] = 1},
+    [ONCE_STATE_COMPLETED] = {[ONCE_STATE_PENDING] = 1},
+};
+
+int ledger_transition_allowed(once_state from, once_state to)
+{
+    if ((int)from < ONCE_STATE_PENDING || (int)from > ONCE_STATE_HELD || (int)to < ONCE_STATE_PENDING ||
+        (int)to > ONCE_STATE_HELD)
+        return 0;
+    return allowed[from][to];
+}
+
+static const char *const event_state_names[] = {[ONCE_EVENT_PENDING] = "pending", [ONCE_EVENT_DELIVERED] = "delivered",
+                                          [ONCE_EVENT_DEAD] = "dead"};
+
+const char *once_event_state_name(once_event_state s)
+{
+    if ((int)s < ONCE_EVENT_PENDING || (int)s > ONCE_EVENT_DEAD)
+        return NULL;
+    return event_state_names[s];
+}
+
+int once_event_state_parse(const char *name, once_event_state *out)
+{
+    for (int s = ONCE_EVENT_PENDING; name && out && s <= ONCE_EVENT_DEAD; s++) {
+        if (strcmp(name, event_state_names[s]) == 0) {
+            *out = (once_event_state)s;
+            return ONCE_OK;
+        }
+    }
+    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, delivered or dead", name ? name : "");
+}
+
