@@ -58,6 +58,7 @@ bench: build
 	@bash bench/proxy.sh $(BUILD)
 	@bash bench/hooks.sh $(BUILD)
 	@bash bench/pg.sh $(BUILD)
+	@/usr/bin/python3 bench/stream.py $(BUILD)
 
 # once beside the idempotency middlewares users would pick instead (bench/peers,
 # installed from the npm lockfile), nginx and once on PostgreSQL, in one run:

@@ -121,6 +121,9 @@ typedef struct once_response {
     size_t headers_len;
     uint8_t *body;       /* may be NULL; also NUL-terminated for convenience */
     size_t body_len;
+    int64_t body_not_stored; /* > 0: the body (this many bytes) was delivered when the action
+                                completed but is not stored (it was larger than the caller keeps,
+                                say a long streamed answer); body is then NULL. 0 otherwise. */
 } once_response;
 
 /* Everything the ledger knows about one action. Returned by once_get,

@@ -1,7 +1,9 @@
 /*
  * cli.h — what the `once` subcommands share: the global context (which store
- * to open), the exit-code policy, error reporting and output helpers. Each
- * subcommand lives in its own cmd_*.c and is listed in main.c's table.
+ * to open), the exit-code policy, error reporting, option and operand
+ * parsing, running on an open store, output helpers, and the listing and
+ * one-record views. Each subcommand lives in its own cmd_*.c and is listed
+ * in main.c's table.
  */
 #ifndef ONCE_CLI_CLI_H
 #define ONCE_CLI_CLI_H
@@ -26,6 +28,7 @@ enum cli_exit {
 typedef struct cli_ctx {
     const char *store_url; /* --store, else $ONCE_STORE, else the default */
     int store_given;       /* --store was on the command line (serve: it beats the file) */
+    int exit_code;         /* when option parsing answered CLI_GETOPT_DONE: the exit code */
 } cli_ctx;
 
 typedef int (*cli_run_fn)(cli_ctx *ctx, int argc, char **argv);
@@ -68,27 +71,62 @@ int cli_fail_once(int rc, const char *what);
  * EINVAL), CLI_EXIT_STORE for anything else. */
 int cli_exit_code(int rc);
 
-/* ---- options (cli_util.c) ---- */
+/* ---- options and operands (cli_util.c) ---- */
 
-/* The long option every subcommand accepts besides its own, with the value
- * getopt_long returns for it. */
+/* The long options every subcommand accepts besides its own, with the value
+ * getopt_long returns for each. */
 #define CLI_OPT_STORE 1000
 #define CLI_OPT_HELP 'h'
 
-/* getopt_long over a subcommand's argv with errors reported in our format
- * (opterr is off). shortopts starts with ':' (to tell a missing value from an
- * unknown option) and holds 'h'; longopts has "store" -> CLI_OPT_STORE and
- * "help" -> CLI_OPT_HELP. Returns the option's value, -1 at the end, or -2
- * after having printed a usage error. --store is consumed here (it updates
- * ctx). Operands are left in argv[optind..argc). */
-int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
-               const char *shortopts, const struct option *longopts);
+/* The start of every subcommand's shortopts: ':' (to tell a missing value
+ * from an unknown option) and -h. A command with short options of its own
+ * appends them: CLI_SHORTOPTS "c:l:". */
+#define CLI_SHORTOPTS ":h"
 
-/* Prints `once help CMD` to out. */
-void cli_print_command_help(const cli_command *cmd, FILE *out);
+/* The last rows of every subcommand's long options: --store, --help and the
+ * zero row that ends the table, so no command can forget one of them. */
+#define CLI_LONGOPTS_COMMON                                                                        \
+    {"store", required_argument, NULL, CLI_OPT_STORE},                                             \
+    {"help", no_argument, NULL, CLI_OPT_HELP},                                                     \
+    {NULL, 0, NULL, 0}
 
-/* Opens ctx's store; on failure reports it and returns the exit code. */
-int cli_open_store(const cli_ctx *ctx, once_store **out);
+/* What option parsing answers. */
+#define CLI_GETOPT_END (-1)  /* no option left: the operands are argv[optind..argc) */
+#define CLI_GETOPT_DONE (-2) /* the command is over (its help printed, or a usage error
+                              * reported): it returns ctx->exit_code */
+
+/* Takes one of a command's own options that getopt_long does not set by
+ * itself: c is its value in the command's long options, value its argument
+ * (NULL when it has none). Keeps it in arg, the command's own context, and
+ * returns CLI_EXIT_OK, or reports a bad value and returns CLI_EXIT_USAGE. */
+typedef int (*cli_option_fn)(const cli_command *cmd, void *arg, int c, const char *value);
+
+/* Parses a subcommand's options with getopt_long, errors reported in our
+ * format (opterr is off). shortopts is CLI_SHORTOPTS, then the command's
+ * own; longopts the command's own rows, then CLI_LONGOPTS_COMMON. --store
+ * updates ctx; --help prints cmd's help and ends the command; a row with a
+ * flag pointer is set by getopt_long; any other option goes to take (NULL
+ * when the command has none). Returns CLI_GETOPT_END, or CLI_GETOPT_DONE
+ * with ctx->exit_code set. */
+int cli_parse_options(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
+                      const char *shortopts, const struct option *longopts, cli_option_fn take,
+                      void *arg);
+
+/* cli_parse_options for a command that has no options of its own and takes
+ * at most max operands: more give "too many arguments". Returns
+ * CLI_GETOPT_END or CLI_GETOPT_DONE as cli_parse_options. */
+int cli_parse_operands(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv, int max);
+
+/* Takes the two operands of a command that needs exactly two, named first
+ * and second in its messages ("missing SCOPE and KEY", "missing KEY", "too
+ * many arguments"). CLI_EXIT_OK with *a and *b set, or CLI_EXIT_USAGE. */
+int cli_take_operand_pair(const cli_command *cmd, int argc, char **argv, const char *first,
+                          const char *second, const char **a, const char **b);
+
+/* Reports "<what> '<value>'<tail>" with cmd's usage (the general usage for
+ * NULL), value escaped and cut so the message stays one readable line.
+ * Returns CLI_EXIT_USAGE. */
+int cli_fail_quoted(const cli_command *cmd, const char *what, const char *value, const char *tail);
 
 /* Parses a --limit value: strictly digits, 1..max. On a bad value reports
  * it with cmd's usage and returns CLI_EXIT_USAGE; else sets *out and
@@ -98,6 +136,25 @@ int cli_parse_limit(const cli_command *cmd, const char *s, size_t max, size_t *o
 /* Checks SCOPE and KEY operands before any store is opened; on failure
  * reports it (with libonce's detail) and returns CLI_EXIT_USAGE. */
 int cli_check_scope_key(const char *scope, const char *key);
+
+/* `once help CMD` on stdout, as -h, --help and `once help CMD` answer it.
+ * Returns the exit code (cli_finish_stdout). */
+int cli_show_help(const cli_command *cmd);
+
+/* The command called name among the n of cmds, or NULL. */
+const cli_command *cli_find_command(const cli_command *const *cmds, size_t n, const char *name);
+
+/* ---- stores (cli_util.c) ---- */
+
+/* A command's work on an open store: it reports its own errors and returns
+ * the exit code. arg is the command's own context. */
+typedef int (*cli_store_fn)(once_store *store, void *arg);
+
+/* Opens ctx's store, runs fn on it and closes it, so that no path of any
+ * command leaves a store open. Returns fn's exit code, or the opening's when
+ * the store cannot be opened (fn is not run then). stdout is not flushed:
+ * the caller may print more and ends with cli_finish_stdout. */
+int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg);
 
 /* ---- output (cli_table.c) ---- */
 
@@ -154,14 +211,34 @@ typedef struct cli_page {
     const char *next;
 } cli_page;
 
-/* What `once ls` and `once hooks ls` differ in; the paging, the limit, the
- * table and the JSON array are cli_list_run's. Each callback gets the
- * caller's own context (its filters and the page it holds). */
+/* The values of the options every listing takes, --limit N and --json. */
+#define CLI_LIST_OPT_LIMIT 1001
+#define CLI_LIST_OPT_JSON 1002
+
+/* The last rows of a listing's long options: --limit, --json, and
+ * CLI_LONGOPTS_COMMON. Its filters come before them. */
+#define CLI_LIST_LONGOPTS                                                                          \
+    {"limit", required_argument, NULL, CLI_LIST_OPT_LIMIT},                                        \
+    {"json", no_argument, NULL, CLI_LIST_OPT_JSON},                                                \
+    CLI_LONGOPTS_COMMON
+
+/* What `once ls` and `once hooks ls` differ in: their filters, and how to
+ * read a page and show a row; the options they share, the paging, the
+ * limit, the table and the JSON array are cli_list_run's. Each callback gets
+ * the caller's own context (its filters and the page it holds). */
 typedef struct cli_lister {
     const char *what;        /* plural noun for the messages: "actions" */
     size_t ncols;            /* columns of the table */
     const char *const *head; /* its header row */
     size_t page_max;         /* rows asked for per fetch */
+    /* The long options: the filters, then CLI_LIST_LONGOPTS. */
+    const struct option *longopts;
+    /* Takes a filter into the context (the rows of longopts before
+     * CLI_LIST_LONGOPTS). */
+    cli_option_fn filter;
+    /* Checks the filters once all are read, before the store is opened:
+     * CLI_EXIT_OK, or the exit code of a reported mistake. */
+    int (*check)(void *list);
     /* Reads up to limit rows after cursor ("" for the first page) into the
      * context and describes them in *page. 0 or a libonce error, reported
      * by the lister. */
@@ -173,10 +250,44 @@ typedef struct cli_lister {
     void (*free_page)(void *list);
 } cli_lister;
 
-/* Opens ctx's store and prints up to limit rows, page by page, as a table
- * or (json set) as a JSON array streamed out; errors are reported. Returns
- * the exit code, stdout flushed (cli_finish_stdout). */
-int cli_list_run(const cli_ctx *ctx, const cli_lister *l, void *list, size_t limit, int json);
+/* Runs a listing command: parses cmd's options (the filters, --limit N,
+ * 1..100000, default 100, and --json) into list, a zeroed context, refuses
+ * operands, then opens ctx's store and prints up to limit rows, page by
+ * page, as a table or as a JSON array streamed out; errors are reported.
+ * Returns the exit code, stdout flushed (cli_finish_stdout). */
+int cli_list_run(cli_ctx *ctx, const cli_command *cmd, const cli_lister *l, void *list, int argc,
+                 char **argv);
+
+/* ---- one record (cli_record.c) ---- */
+
+/* Prints the field: value lines of rec for people: 0 or a libonce error. */
+typedef int (*cli_text_fn)(const void *rec);
+
+/* What `once show` and `once hooks show` differ in: the kind of record and
+ * the two operands that name one; the options, the store and the printing
+ * are cli_record_run's. */
+typedef struct cli_record_kind {
+    const char *what;   /* noun for the messages: "action" */
+    const char *first;  /* the operands' names in the messages: "SCOPE" */
+    const char *second; /* ... and "KEY" */
+    /* Checks the operands before the store is opened: CLI_EXIT_OK, or the
+     * exit code of a reported mistake. */
+    int (*check)(const char *first, const char *second);
+    /* Reads the record the operands name into rec: CLI_EXIT_OK, or the
+     * failure reported and its exit code. */
+    int (*read)(once_store *store, const char *first, const char *second, void *rec);
+    cli_json_fn to_json; /* its --json record */
+    cli_text_fn to_text; /* its field: value lines */
+    /* Frees what read put in rec. */
+    void (*free_record)(void *rec);
+} cli_record_kind;
+
+/* Runs a one-record command: parses cmd's options (--json), takes and
+ * checks its two operands, reads the record into rec (the caller's, zeroed)
+ * with ctx's store open, then prints it with the store closed. Returns the
+ * exit code, stdout flushed (cli_finish_stdout) once something is printed. */
+int cli_record_run(cli_ctx *ctx, const cli_command *cmd, const cli_record_kind *k, void *rec,
+                   int argc, char **argv);
 
 /* Flushes stdout. A failed write (full disk, closed pipe) must not pass for
  * success: it is reported and gives CLI_EXIT_STORE, the code for failures

@@ -11,11 +11,17 @@
 
 #include "cli/cli.h"
 
+/* --limit N: 1..LIST_LIMIT_MAX, LIST_LIMIT_DEFAULT when not given; both
+ * listings' help says so. */
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 100000
+
 /* One listing in progress. */
 typedef struct list_run {
     const cli_lister *l;
     void *list;       /* the caller's context */
-    cli_table *table; /* NULL for JSON */
+    int json;         /* a JSON array, not a table */
+    cli_table *table; /* the table, once made; NULL for JSON */
     size_t left;      /* rows still wanted */
     size_t shown;     /* rows printed or tabled so far */
     int opened;       /* the JSON array's "[" is out */
@@ -34,7 +40,7 @@ static int list_rows(list_run *r, const cli_page *page)
     int rc = ONCE_OK;
     for (size_t i = 0; i < page->count && r->left > 0 && rc == ONCE_OK; i++, r->left--) {
         const void *row = (const char *)page->rows + i * page->size;
-        if (r->table == NULL)
+        if (r->json)
             rc = list_json_row(r, row);
         else
             rc = r->l->table_add(r->table, row);
@@ -60,7 +66,7 @@ static int list_page(list_run *r, once_store *store, char cursor[ONCE_CURSOR_MAX
      * for the first page to have been read, so a store error there leaves
      * no half array (nor a "[]" that would read as "none"); after a later
      * page's error the array is closed and the exit code says it is short. */
-    if (r->table == NULL && !r->opened) {
+    if (r->json && !r->opened) {
         fputs("[", stdout);
         r->opened = 1;
     }
@@ -77,39 +83,69 @@ static int list_page(list_run *r, once_store *store, char cursor[ONCE_CURSOR_MAX
     return CLI_EXIT_OK;
 }
 
-/* The table is made before the first page so that running out of memory
- * is found before the store is read. */
-int cli_list_run(const cli_ctx *ctx, const cli_lister *l, void *list, size_t limit, int json)
+/* The pages, on the open store. The table is made before the first page so
+ * that running out of memory is found before the store is read. */
+static int list_pages(once_store *store, void *arg)
 {
-    once_store *store = NULL;
-    int code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
-
-    list_run r = {.l = l, .list = list, .left = limit};
-    if (!json) {
-        r.table = cli_table_new(l->ncols);
-        if (r.table == NULL || cli_table_add_row(r.table, l->head) != ONCE_OK) {
+    list_run *r = arg;
+    if (!r->json) {
+        r->table = cli_table_new(r->l->ncols);
+        if (r->table == NULL || cli_table_add_row(r->table, r->l->head) != ONCE_OK) {
             cli_print_error("out of memory");
-            cli_table_free(r.table);
-            once_store_close(store);
             return CLI_EXIT_STORE;
         }
     }
-
     char cursor[ONCE_CURSOR_MAX] = "";
+    int code = CLI_EXIT_OK;
     int more = 1;
-    while (code == CLI_EXIT_OK && more && r.left > 0)
-        code = list_page(&r, store, cursor, &more);
-    once_store_close(store);
+    while (code == CLI_EXIT_OK && more && r->left > 0)
+        code = list_page(r, store, cursor, &more);
+    return code;
+}
 
-    if (json) {
-        if (r.opened)
-            fputs(r.shown > 0 ? "\n]\n" : "]\n", stdout);
+/* The store is closed before the table (or the end of the JSON array) is
+ * printed. */
+static int list_print(const cli_ctx *ctx, list_run *r)
+{
+    int code = cli_run_on_store(ctx, list_pages, r);
+    if (r->json) {
+        if (r->opened)
+            fputs(r->shown > 0 ? "\n]\n" : "]\n", stdout);
     } else {
         if (code == CLI_EXIT_OK)
-            cli_table_print(r.table, stdout);
-        cli_table_free(r.table);
+            cli_table_print(r->table, stdout);
+        cli_table_free(r->table);
     }
     return cli_finish_stdout(code);
+}
+
+/* Takes --limit and --json, and hands the filters to the lister. */
+static int list_option(const cli_command *cmd, void *arg, int c, const char *value)
+{
+    list_run *r = arg;
+    switch (c) {
+    case CLI_LIST_OPT_LIMIT:
+        return cli_parse_limit(cmd, value, LIST_LIMIT_MAX, &r->left);
+    case CLI_LIST_OPT_JSON:
+        r->json = 1;
+        return CLI_EXIT_OK;
+    default:
+        return r->l->filter(cmd, r->list, c, value);
+    }
+}
+
+/* Everything is checked before the store is opened. */
+int cli_list_run(cli_ctx *ctx, const cli_command *cmd, const cli_lister *l, void *list, int argc,
+                 char **argv)
+{
+    list_run r = {.l = l, .list = list, .left = LIST_LIMIT_DEFAULT};
+    if (cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, l->longopts, list_option, &r) ==
+        CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    if (optind < argc)
+        return cli_fail_quoted(cmd, "unexpected argument", argv[optind], "");
+    int code = l->check(list);
+    if (code != CLI_EXIT_OK)
+        return code;
+    return list_print(ctx, &r);
 }

@@ -1,7 +1,8 @@
 /*
- * cli_util.c — error reporting, option parsing and store opening shared by
- * the subcommands, so every command fails the same way: one line on stderr
- * starting with "once: " and an exit code from one policy.
+ * cli_util.c — error reporting, option and operand parsing, help, and
+ * running on an open store, shared by the subcommands, so every command
+ * parses and fails the same way: one line on stderr starting with "once: "
+ * and an exit code from one policy.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +14,8 @@
 
 /* Enough of a user-supplied string to recognise it in a message. */
 #define CLI_QUOTE_MAX 80
+/* Enough of an operand or an option's value to recognise it. */
+#define CLI_OPERAND_QUOTE_MAX 64
 /* Enough of a bad --limit value to recognise it. */
 #define CLI_LIMIT_QUOTE_MAX 64
 /* Enough of a libonce error detail; they are short sentences. */
@@ -88,41 +91,114 @@ int cli_fail_once(int rc, const char *what)
     return cli_exit_code(rc);
 }
 
-int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
-               const char *shortopts, const struct option *longopts)
+/* Ends a command from inside option parsing: the code goes in ctx, for the
+ * command to return when cli_getopt answers CLI_GETOPT_DONE. */
+static int cli_getopt_done(cli_ctx *ctx, int code)
+{
+    ctx->exit_code = code;
+    return CLI_GETOPT_DONE;
+}
+
+/* Reports the option getopt_long did not know. optind has moved past the
+ * offending argument; inside a cluster of short options only optopt names
+ * the culprit. */
+static int cli_fail_unknown_option(const cli_command *cmd, char **argv)
+{
+    char q[CLI_QUOTE_MAX];
+    if (optopt > 0 && optopt < 128 && optind > 0 && argv[optind - 1][0] == '-' &&
+        argv[optind - 1][1] != '-') {
+        char opt[3] = {'-', (char)optopt, '\0'};
+        return cli_fail_usage(cmd, "unknown option '%s'", cli_quote(opt, q, sizeof q));
+    }
+    return cli_fail_usage(cmd, "unknown option '%s'",
+                          cli_quote(optind > 0 ? argv[optind - 1] : "?", q, sizeof q));
+}
+
+/* One step of getopt_long: --store and --help are handled here; returns
+ * the value of any other option, CLI_GETOPT_END, or CLI_GETOPT_DONE. */
+static int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
+                      const char *shortopts, const struct option *longopts)
 {
     char q[CLI_QUOTE_MAX];
     for (;;) {
         int c = getopt_long(argc, argv, shortopts, longopts, NULL);
         switch (c) {
         case CLI_OPT_STORE:
-            if (optarg[0] == '\0') {
-                cli_fail_usage(cmd, "option '--store' needs a value");
-                return -2;
-            }
+            if (optarg[0] == '\0')
+                return cli_getopt_done(ctx, cli_fail_usage(cmd, "option '--store' needs a value"));
             ctx->store_url = optarg;
             ctx->store_given = 1;
             continue;
+        case CLI_OPT_HELP:
+            return cli_getopt_done(ctx, cli_show_help(cmd));
         case '?':
-            /* optind has moved past the offending argument; inside a
-             * cluster of short options only optopt names the culprit. */
-            if (optopt > 0 && optopt < 128 && optind > 0 && argv[optind - 1][0] == '-' &&
-                argv[optind - 1][1] != '-') {
-                char opt[3] = {'-', (char)optopt, '\0'};
-                cli_fail_usage(cmd, "unknown option '%s'", cli_quote(opt, q, sizeof q));
-            } else {
-                cli_fail_usage(cmd, "unknown option '%s'",
-                               cli_quote(optind > 0 ? argv[optind - 1] : "?", q, sizeof q));
-            }
-            return -2;
+            return cli_getopt_done(ctx, cli_fail_unknown_option(cmd, argv));
         case ':':
-            cli_fail_usage(cmd, "option '%s' needs a value",
-                           cli_quote(optind > 0 ? argv[optind - 1] : "?", q, sizeof q));
-            return -2;
+            return cli_getopt_done(
+                ctx, cli_fail_usage(cmd, "option '%s' needs a value",
+                                    cli_quote(optind > 0 ? argv[optind - 1] : "?", q, sizeof q)));
         default:
             return c;
         }
     }
+}
+
+/* The one loop over the options of every subcommand. getopt_long answers 0
+ * for a row with a flag pointer, which it has set. Without take, any other
+ * value would be a bug: reported as an unexpected option. */
+int cli_parse_options(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
+                      const char *shortopts, const struct option *longopts, cli_option_fn take,
+                      void *arg)
+{
+    int c;
+    while ((c = cli_getopt(ctx, cmd, argc, argv, shortopts, longopts)) != CLI_GETOPT_END) {
+        if (c == CLI_GETOPT_DONE)
+            return c;
+        if (c == 0)
+            continue;
+        int code = take != NULL ? take(cmd, arg, c, optarg) : cli_fail_usage(cmd, "unexpected option");
+        if (code != CLI_EXIT_OK)
+            return cli_getopt_done(ctx, code);
+    }
+    return CLI_GETOPT_END;
+}
+
+/* The long options of a command that has none of its own. */
+static const struct option cli_longopts_common[] = {CLI_LONGOPTS_COMMON};
+
+/* The same message for every such command that is given too many. */
+int cli_parse_operands(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv, int max)
+{
+    int c = cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, cli_longopts_common, NULL, NULL);
+    if (c == CLI_GETOPT_END && argc - optind > max)
+        return cli_getopt_done(ctx, cli_fail_usage(cmd, "too many arguments"));
+    return c;
+}
+
+/* SCOPE KEY and SOURCE ID: the messages say which is missing. */
+int cli_take_operand_pair(const cli_command *cmd, int argc, char **argv, const char *first,
+                          const char *second, const char **a, const char **b)
+{
+    int n = argc - optind;
+    if (n == 0)
+        return cli_fail_usage(cmd, "missing %s and %s", first, second);
+    if (n == 1)
+        return cli_fail_usage(cmd, "missing %s", second);
+    if (n > 2)
+        return cli_fail_usage(cmd, "too many arguments");
+    *a = argv[optind];
+    *b = argv[optind + 1];
+    return CLI_EXIT_OK;
+}
+
+/* A value the user typed (an operand, an option's value) goes into a
+ * message escaped and cut, so that the message stays one readable line. */
+int cli_fail_quoted(const cli_command *cmd, const char *what, const char *value, const char *tail)
+{
+    char *q = cli_escape_dup(value, strlen(value), CLI_OPERAND_QUOTE_MAX);
+    cli_fail_usage(cmd, "%s '%s'%s", what, q != NULL ? q : "?", tail);
+    free(q);
+    return CLI_EXIT_USAGE;
 }
 
 /* Strictly digits, in range: "10x", "+5", " 5" and "1e3" are all mistakes
@@ -150,18 +226,32 @@ int cli_parse_limit(const cli_command *cmd, const char *s, size_t max, size_t *o
                           cli_quote(s, q, sizeof q));
 }
 
-void cli_print_command_help(const cli_command *cmd, FILE *out)
+/* The help of one command on stdout: its usage, summary and help text, and
+ * --store unless it opens no store. Exit 0, unless writing it failed. */
+int cli_show_help(const cli_command *cmd)
 {
-    fprintf(out, "usage: %s\n\n%s\n", cmd->usage, cmd->summary);
+    printf("usage: %s\n\n%s\n", cmd->usage, cmd->summary);
     if (cmd->help != NULL)
-        fprintf(out, "\n%s", cmd->help);
+        printf("\n%s", cmd->help);
     if (!cmd->no_store)
         fputs("\nGlobal option:\n"
               "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE) or postgres://...\n",
-              out);
+              stdout);
+    return cli_finish_stdout(CLI_EXIT_OK);
 }
 
-int cli_open_store(const cli_ctx *ctx, once_store **out)
+/* Names are unique in a table, so the first match is the one. */
+const cli_command *cli_find_command(const cli_command *const *cmds, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(cmds[i]->name, name) == 0)
+            return cmds[i];
+    }
+    return NULL;
+}
+
+/* Opens ctx's store; on failure reports it and returns the exit code. */
+static int cli_open_store(const cli_ctx *ctx, once_store **out)
 {
     /* The CLI reads and settles what a gateway wrote; it never makes a
      * store: a typo in a path must not answer with an empty table. */
@@ -185,6 +275,18 @@ int cli_open_store(const cli_ctx *ctx, once_store **out)
     cli_fail_once(rc, what);
     /* Even a malformed URL is a store problem, not a misuse of a command. */
     return CLI_EXIT_STORE;
+}
+
+/* The store is closed on every path, whatever fn returned. */
+int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg)
+{
+    once_store *store = NULL;
+    int code = cli_open_store(ctx, &store);
+    if (code != CLI_EXIT_OK)
+        return code;
+    code = fn(store, arg);
+    once_store_close(store);
+    return code;
 }
 
 int cli_check_scope_key(const char *scope, const char *key)

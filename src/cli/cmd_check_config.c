@@ -56,25 +56,9 @@ static int check_config_file(const char *path)
 
 static int check_config_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_check_config, argc, argv, ":h", opts)) != -1) {
-        if (c == -2)
-            return CLI_EXIT_USAGE;
-        if (c == CLI_OPT_HELP) {
-            cli_print_command_help(&cli_cmd_check_config, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
-        return cli_fail_usage(&cli_cmd_check_config, "unexpected option");
-    }
-    int nargs = argc - optind;
-    if (nargs == 0)
+    if (cli_parse_operands(ctx, &cli_cmd_check_config, argc, argv, 1) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    if (optind == argc)
         return cli_fail_usage(&cli_cmd_check_config, "no configuration file given");
-    if (nargs > 1)
-        return cli_fail_usage(&cli_cmd_check_config, "too many arguments");
     return check_config_file(argv[optind]);
 }

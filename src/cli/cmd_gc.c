@@ -15,40 +15,25 @@ const cli_command cli_cmd_gc = {
     .help = "Pending, unknown and held actions are never deleted.\n",
 };
 
-static int gc_run(cli_ctx *ctx, int argc, char **argv)
+/* The sweep on the open store: actions first, then webhook events. */
+static int gc_sweep(once_store *store, void *arg)
 {
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_gc, argc, argv, ":h", opts)) != -1) {
-        if (c == -2)
-            return CLI_EXIT_USAGE;
-        if (c == CLI_OPT_HELP) {
-            cli_print_command_help(&cli_cmd_gc, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
-        return cli_fail_usage(&cli_cmd_gc, "unexpected option");
-    }
-    if (optind < argc)
-        return cli_fail_usage(&cli_cmd_gc, "too many arguments");
-
-    once_store *store = NULL;
-    int code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
+    (void)arg;
     size_t count = 0, events = 0;
     int rc = once_sweep(store, once_now_ms(), &count);
-    if (rc != ONCE_OK) {
-        code = cli_fail_once(rc, "cannot delete expired actions");
-    } else if ((rc = once_event_sweep(store, once_now_ms(), &events)) != ONCE_OK) {
-        code = cli_fail_once(rc, "cannot delete expired webhook events");
-    } else {
-        printf("deleted %zu expired action%s and %zu webhook event%s\n", count, count == 1 ? "" : "s", events,
-               events == 1 ? "" : "s");
-    }
-    once_store_close(store);
-    return cli_finish_stdout(code);
+    if (rc != ONCE_OK)
+        return cli_fail_once(rc, "cannot delete expired actions");
+    rc = once_event_sweep(store, once_now_ms(), &events);
+    if (rc != ONCE_OK)
+        return cli_fail_once(rc, "cannot delete expired webhook events");
+    printf("deleted %zu expired action%s and %zu webhook event%s\n", count, count == 1 ? "" : "s", events,
+           events == 1 ? "" : "s");
+    return CLI_EXIT_OK;
+}
+
+static int gc_run(cli_ctx *ctx, int argc, char **argv)
+{
+    if (cli_parse_operands(ctx, &cli_cmd_gc, argc, argv, 0) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    return cli_finish_stdout(cli_run_on_store(ctx, gc_sweep, NULL));
 }

@@ -15,8 +15,6 @@
 #include "json/action_json.h"
 #include "json/event_json.h"
 
-#define HOOKS_LIMIT_DEFAULT 100
-#define HOOKS_LIMIT_MAX 100000
 /* Events asked for per once_list_events call: they carry their bodies, so
  * small pages keep memory flat while the JSON form streams out. */
 #define HOOKS_PAGE 100
@@ -28,7 +26,7 @@
 /* Enough of a user-supplied operand to recognise it in a message. */
 #define HOOKS_QUOTE_MAX 64
 
-enum { HOOKS_OPT_SOURCE = 2400, HOOKS_OPT_STATUS, HOOKS_OPT_LIMIT, HOOKS_OPT_JSON };
+enum { HOOKS_OPT_SOURCE = 2400, HOOKS_OPT_STATUS };
 
 static int hooks_run(cli_ctx *ctx, int argc, char **argv);
 static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv);
@@ -148,20 +146,13 @@ static int hooks_check_event_id(const char *id)
     return CLI_EXIT_OK;
 }
 
-/* The SOURCE ID operands of show and redeliver: exactly two, both valid. */
-static int hooks_source_id_operands(const cli_command *cmd, int argc, char **argv, const char **source,
-                                    const char **id)
+/* The SOURCE ID operands of show and redeliver, checked before any store
+ * is opened. */
+static int hooks_check_source_id(const char *source, const char *id)
 {
-    int n = argc - optind;
-    if (n < 2)
-        return cli_fail_usage(cmd, "missing %s", n == 0 ? "SOURCE and ID" : "ID");
-    if (n > 2)
-        return cli_fail_usage(cmd, "too many arguments");
-    *source = argv[optind];
-    *id = argv[optind + 1];
-    int code = hooks_check_source(*source);
+    int code = hooks_check_source(source);
     if (code == CLI_EXIT_OK)
-        code = hooks_check_event_id(*id);
+        code = hooks_check_event_id(id);
     return code;
 }
 
@@ -250,13 +241,48 @@ static int hooks_to_json(const void *row, json_t **out)
     return event_json_from(row, 0, out);
 }
 
+/* Takes --source and --status. */
+static int hooks_filter(const cli_command *cmd, void *list, int c, const char *value)
+{
+    hooks_list *hl = list;
+    switch (c) {
+    case HOOKS_OPT_SOURCE:
+        hl->source = value;
+        return CLI_EXIT_OK;
+    case HOOKS_OPT_STATUS:
+        if (once_event_state_parse(value, &hl->state) != ONCE_OK)
+            return cli_fail_quoted(cmd, "unknown status", value, " (expected pending, delivered or dead)");
+        return CLI_EXIT_OK;
+    default:
+        return cli_fail_usage(cmd, "unexpected option");
+    }
+}
+
+/* A source is checked as show and redeliver check it. */
+static int hooks_check(void *list)
+{
+    const hooks_list *hl = list;
+    if (hl->source != NULL && hooks_check_source(hl->source) != CLI_EXIT_OK)
+        return CLI_EXIT_USAGE;
+    return CLI_EXIT_OK;
+}
+
 static const char *const hooks_head[6] = {"SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"};
+
+static const struct option hooks_longopts[] = {
+    {"source", required_argument, NULL, HOOKS_OPT_SOURCE},
+    {"status", required_argument, NULL, HOOKS_OPT_STATUS},
+    CLI_LIST_LONGOPTS,
+};
 
 static const cli_lister hooks_lister = {
     .what = "events",
     .ncols = 6,
     .head = hooks_head,
     .page_max = HOOKS_PAGE,
+    .longopts = hooks_longopts,
+    .filter = hooks_filter,
+    .check = hooks_check,
     .fetch = hooks_fetch,
     .table_add = hooks_table_add,
     .to_json = hooks_to_json,
@@ -265,60 +291,8 @@ static const cli_lister hooks_lister = {
 
 static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"source", required_argument, NULL, HOOKS_OPT_SOURCE},
-        {"status", required_argument, NULL, HOOKS_OPT_STATUS},
-        {"limit", required_argument, NULL, HOOKS_OPT_LIMIT},
-        {"json", no_argument, NULL, HOOKS_OPT_JSON},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    const cli_command *cmd = &hooks_cmd_ls;
     hooks_list list = {0};
-    size_t limit = HOOKS_LIMIT_DEFAULT;
-    int json = 0;
-    int c;
-    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
-        switch (c) {
-        case -2:
-            return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP:
-            cli_print_command_help(cmd, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        case HOOKS_OPT_SOURCE:
-            list.source = optarg;
-            break;
-        case HOOKS_OPT_STATUS:
-            if (once_event_state_parse(optarg, &list.state) != ONCE_OK) {
-                char *q = cli_escape_dup(optarg, strlen(optarg), HOOKS_QUOTE_MAX);
-                cli_fail_usage(cmd, "unknown status '%s' (expected pending, delivered or dead)",
-                               q != NULL ? q : "?");
-                free(q);
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case HOOKS_OPT_LIMIT:
-            if (cli_parse_limit(cmd, optarg, HOOKS_LIMIT_MAX, &limit) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case HOOKS_OPT_JSON:
-            json = 1;
-            break;
-        default:
-            return cli_fail_usage(cmd, "unexpected option");
-        }
-    }
-    if (optind < argc) {
-        char *q = cli_escape_dup(argv[optind], strlen(argv[optind]), HOOKS_QUOTE_MAX);
-        cli_fail_usage(cmd, "unexpected argument '%s'", q != NULL ? q : "?");
-        free(q);
-        return CLI_EXIT_USAGE;
-    }
-    if (list.source != NULL && hooks_check_source(list.source) != CLI_EXIT_OK)
-        return CLI_EXIT_USAGE;
-
-    return cli_list_run(ctx, &hooks_lister, &list, limit, json);
+    return cli_list_run(ctx, &hooks_cmd_ls, &hooks_lister, &list, argc, argv);
 }
 
 /* ---- hooks show -------------------------------------------------------- */
@@ -326,8 +300,9 @@ static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
 /* The field: value form, for people: every time (claim_until too, which
  * tells whether a consumer holds the event right now), then a preview of
  * the headers and body. A binary body is not dumped onto a terminal. */
-static int hooks_print_event(const once_event *e)
+static int hooks_print_event(const void *rec)
 {
+    const once_event *e = rec;
     int rc = cli_print_text("source", e->source);
     if (rc == ONCE_OK)
         rc = cli_print_text("event_id", e->event_id);
@@ -360,99 +335,70 @@ static int hooks_print_event(const once_event *e)
     return ONCE_OK;
 }
 
+/* Reads the event on the open store; a failure is reported naming it. */
+static int hooks_read_event(once_store *store, const char *source, const char *id, void *rec)
+{
+    int rc = once_event_get(store, source, id, rec);
+    if (rc != ONCE_OK)
+        return hooks_fail_event(rc, "cannot read event", source, id);
+    return CLI_EXIT_OK;
+}
+
+/* once_event_free for the record view. */
+static void hooks_free_event(void *rec)
+{
+    once_event_free(rec);
+}
+
+static const cli_record_kind hooks_event_kind = {
+    .what = "event",
+    .first = "SOURCE",
+    .second = "ID",
+    .check = hooks_check_source_id,
+    .read = hooks_read_event,
+    .to_json = hooks_to_json,
+    .to_text = hooks_print_event,
+    .free_record = hooks_free_event,
+};
+
 static int hooks_show_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, HOOKS_OPT_JSON},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    const cli_command *cmd = &hooks_cmd_show;
-    int json = 0;
-    int c;
-    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
-        switch (c) {
-        case -2:
-            return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP:
-            cli_print_command_help(cmd, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        case HOOKS_OPT_JSON:
-            json = 1;
-            break;
-        default:
-            return cli_fail_usage(cmd, "unexpected option");
-        }
-    }
-    const char *source = NULL;
-    const char *id = NULL;
-    int code = hooks_source_id_operands(cmd, argc, argv, &source, &id);
-    if (code != CLI_EXIT_OK)
-        return code;
-
-    once_store *store = NULL;
-    code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
     once_event e = {0};
-    int rc = once_event_get(store, source, id, &e);
-    if (rc != ONCE_OK) {
-        code = hooks_fail_event(rc, "cannot read event", source, id);
-        once_store_close(store);
-        return code;
-    }
-    once_store_close(store);
-
-    rc = json ? cli_print_json_record(&e, hooks_to_json) : hooks_print_event(&e);
-    once_event_free(&e);
-    if (rc != ONCE_OK) {
-        cli_print_error("cannot format the event: %s", once_strerror(rc));
-        return cli_finish_stdout(CLI_EXIT_STORE);
-    }
-    return cli_finish_stdout(CLI_EXIT_OK);
+    return cli_record_run(ctx, &hooks_cmd_show, &hooks_event_kind, &e, argc, argv);
 }
 
 /* ---- hooks redeliver --------------------------------------------------- */
 
+/* The event redeliver names. */
+typedef struct hooks_target {
+    const char *source;
+    const char *id;
+} hooks_target;
+
+/* Makes the event pending and due now on the open store, and says so. */
+static int hooks_redeliver_event(once_store *store, void *arg)
+{
+    const hooks_target *t = arg;
+    int rc = once_event_redeliver(store, t->source, t->id);
+    if (rc != ONCE_OK)
+        return hooks_fail_event(rc, "cannot redeliver event", t->source, t->id);
+    /* Both operands passed the checks before: printable, one line. */
+    printf("redelivering %s %s\n", t->source, t->id);
+    return CLI_EXIT_OK;
+}
+
 static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     const cli_command *cmd = &hooks_cmd_redeliver;
-    int c;
-    while ((c = cli_getopt(ctx, cmd, argc, argv, ":h", opts)) != -1) {
-        if (c == -2)
-            return CLI_EXIT_USAGE;
-        if (c == CLI_OPT_HELP) {
-            cli_print_command_help(cmd, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
-        return cli_fail_usage(cmd, "unexpected option");
-    }
-    const char *source = NULL;
-    const char *id = NULL;
-    int code = hooks_source_id_operands(cmd, argc, argv, &source, &id);
+    if (cli_parse_operands(ctx, cmd, argc, argv, 2) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    hooks_target t = {0};
+    int code = cli_take_operand_pair(cmd, argc, argv, "SOURCE", "ID", &t.source, &t.id);
+    if (code == CLI_EXIT_OK)
+        code = hooks_check_source_id(t.source, t.id);
     if (code != CLI_EXIT_OK)
         return code;
-
-    once_store *store = NULL;
-    code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
-    int rc = once_event_redeliver(store, source, id);
-    if (rc != ONCE_OK) {
-        code = hooks_fail_event(rc, "cannot redeliver event", source, id);
-    } else {
-        /* Both operands passed the checks above: printable, one line. */
-        printf("redelivering %s %s\n", source, id);
-        code = CLI_EXIT_OK;
-    }
-    once_store_close(store);
-    return cli_finish_stdout(code);
+    return cli_finish_stdout(cli_run_on_store(ctx, hooks_redeliver_event, &t));
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -502,24 +448,14 @@ static int hooks_run(cli_ctx *ctx, int argc, char **argv)
     int help = 0;
     int at = hooks_find_subcommand(argc, argv, &help);
     if (at < 0) {
-        if (help) {
-            cli_print_command_help(&cli_cmd_hooks, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
+        if (help)
+            return cli_show_help(&cli_cmd_hooks);
         return cli_fail_usage(&cli_cmd_hooks, "missing subcommand (ls, show or redeliver)");
     }
-    const cli_command *sub = NULL;
-    for (size_t i = 0; i < HOOKS_NSUB; i++) {
-        if (strcmp(hooks_subcommands[i]->name, argv[at]) == 0)
-            sub = hooks_subcommands[i];
-    }
-    if (sub == NULL) {
-        char *q = cli_escape_dup(argv[at], strlen(argv[at]), HOOKS_QUOTE_MAX);
-        cli_fail_usage(&cli_cmd_hooks, "unknown subcommand '%s' (expected ls, show or redeliver)",
-                       q != NULL ? q : "?");
-        free(q);
-        return CLI_EXIT_USAGE;
-    }
+    const cli_command *sub = cli_find_command(hooks_subcommands, HOOKS_NSUB, argv[at]);
+    if (sub == NULL)
+        return cli_fail_quoted(&cli_cmd_hooks, "unknown subcommand", argv[at],
+                               " (expected ls, show or redeliver)");
     char **sub_argv = malloc((size_t)argc * sizeof *sub_argv);
     if (sub_argv == NULL) {
         cli_print_error("out of memory");

@@ -12,13 +12,11 @@
 #include "cli/cli.h"
 #include "json/action_json.h"
 
-#define LS_LIMIT_DEFAULT 100
-#define LS_LIMIT_MAX 100000
 /* Records asked for per once_list call: small pages keep memory flat while
  * the JSON form streams out. */
 #define LS_PAGE 100
 
-enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE, LS_OPT_LIMIT, LS_OPT_JSON };
+enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE };
 
 static int ls_run(cli_ctx *ctx, int argc, char **argv);
 
@@ -88,13 +86,55 @@ static int ls_to_json(const void *row, json_t **out)
     return action_json_from(row, out);
 }
 
+/* Takes --status and --scope. */
+static int ls_filter(const cli_command *cmd, void *list, int c, const char *value)
+{
+    ls_list *ls = list;
+    switch (c) {
+    case LS_OPT_STATUS:
+        if (once_state_parse(value, &ls->state) != ONCE_OK)
+            return cli_fail_quoted(cmd, "unknown status", value,
+                                   " (expected pending, completed, released, unknown or held)");
+        return CLI_EXIT_OK;
+    case LS_OPT_SCOPE:
+        ls->scope = value;
+        return CLI_EXIT_OK;
+    default:
+        return cli_fail_usage(cmd, "unexpected option");
+    }
+}
+
+/* A scope is checked as the ledger would, with its words for what is
+ * wrong. */
+static int ls_check(void *list)
+{
+    const ls_list *ls = list;
+    if (ls->scope == NULL || once_scope_validate(ls->scope) == ONCE_OK)
+        return CLI_EXIT_OK;
+    char *q = cli_escape_dup(ls->scope, strlen(ls->scope), 64);
+    char what[96];
+    snprintf(what, sizeof what, "invalid scope '%s'", q != NULL ? q : "?");
+    free(q);
+    cli_fail_once(ONCE_EINVAL, what);
+    return CLI_EXIT_USAGE;
+}
+
 static const char *const ls_head[6] = {"SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"};
+
+static const struct option ls_longopts[] = {
+    {"status", required_argument, NULL, LS_OPT_STATUS},
+    {"scope", required_argument, NULL, LS_OPT_SCOPE},
+    CLI_LIST_LONGOPTS,
+};
 
 static const cli_lister ls_lister = {
     .what = "actions",
     .ncols = 6,
     .head = ls_head,
     .page_max = LS_PAGE,
+    .longopts = ls_longopts,
+    .filter = ls_filter,
+    .check = ls_check,
     .fetch = ls_fetch,
     .table_add = ls_table_add,
     .to_json = ls_to_json,
@@ -103,65 +143,6 @@ static const cli_lister ls_lister = {
 
 static int ls_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"status", required_argument, NULL, LS_OPT_STATUS},
-        {"scope", required_argument, NULL, LS_OPT_SCOPE},
-        {"limit", required_argument, NULL, LS_OPT_LIMIT},
-        {"json", no_argument, NULL, LS_OPT_JSON},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     ls_list list = {0};
-    size_t limit = LS_LIMIT_DEFAULT;
-    int json = 0;
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_ls, argc, argv, ":h", opts)) != -1) {
-        switch (c) {
-        case -2:
-            return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP:
-            cli_print_command_help(&cli_cmd_ls, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        case LS_OPT_STATUS:
-            if (once_state_parse(optarg, &list.state) != ONCE_OK) {
-                char *q = cli_escape_dup(optarg, strlen(optarg), 64);
-                cli_fail_usage(&cli_cmd_ls,
-                               "unknown status '%s' (expected pending, completed, released, "
-                               "unknown or held)",
-                               q != NULL ? q : "?");
-                free(q);
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case LS_OPT_SCOPE:
-            list.scope = optarg;
-            break;
-        case LS_OPT_LIMIT:
-            if (cli_parse_limit(&cli_cmd_ls, optarg, LS_LIMIT_MAX, &limit) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case LS_OPT_JSON:
-            json = 1;
-            break;
-        default:
-            return cli_fail_usage(&cli_cmd_ls, "unexpected option");
-        }
-    }
-    if (optind < argc) {
-        char *q = cli_escape_dup(argv[optind], strlen(argv[optind]), 64);
-        cli_fail_usage(&cli_cmd_ls, "unexpected argument '%s'", q != NULL ? q : "?");
-        free(q);
-        return CLI_EXIT_USAGE;
-    }
-    if (list.scope != NULL && once_scope_validate(list.scope) != ONCE_OK) {
-        char *q = cli_escape_dup(list.scope, strlen(list.scope), 64);
-        char what[96];
-        snprintf(what, sizeof what, "invalid scope '%s'", q != NULL ? q : "?");
-        free(q);
-        cli_fail_once(ONCE_EINVAL, what);
-        return CLI_EXIT_USAGE;
-    }
-
-    return cli_list_run(ctx, &ls_lister, &list, limit, json);
+    return cli_list_run(ctx, &cli_cmd_ls, &ls_lister, &list, argc, argv);
 }

@@ -8,12 +8,7 @@
 
 #include "cli/cli.h"
 
-enum {
-    RESOLVE_OPT_COMPLETED = 2200,
-    RESOLVE_OPT_RELEASED,
-    RESOLVE_OPT_PROVIDER_ID,
-    RESOLVE_OPT_NOTE
-};
+enum { RESOLVE_OPT_PROVIDER_ID = 2200, RESOLVE_OPT_NOTE };
 
 static int resolve_run(cli_ctx *ctx, int argc, char **argv);
 
@@ -29,88 +24,88 @@ const cli_command cli_cmd_resolve = {
             "  --note TEXT        why, for whoever looks next\n",
 };
 
+/* One resolution: the operands and options, and the operands escaped for
+ * the messages. */
+typedef struct resolve_req {
+    const char *scope;
+    const char *key;
+    once_outcome outcome;
+    const char *provider_id;
+    const char *note;
+    char *qs; /* scope, escaped and cut */
+    char *qk; /* key, escaped and cut */
+} resolve_req;
+
+/* Settles the action on the open store and says so. */
+static int resolve_apply(once_store *store, void *arg)
+{
+    const resolve_req *r = arg;
+    int rc = once_resolve(store, r->scope, r->key, r->outcome, r->provider_id, r->note);
+    if (rc != ONCE_OK) {
+        char what[192];
+        snprintf(what, sizeof what, "cannot resolve action %s %s", r->qs, r->qk);
+        return cli_fail_once(rc, what);
+    }
+    printf("resolved %s %s: %s\n", r->qs, r->qk,
+           r->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+    return CLI_EXIT_OK;
+}
+
+/* Takes --provider-id and --note; they are checked against the rest once
+ * all are read. */
+static int resolve_option(const cli_command *cmd, void *arg, int c, const char *value)
+{
+    resolve_req *r = arg;
+    switch (c) {
+    case RESOLVE_OPT_PROVIDER_ID:
+        r->provider_id = value;
+        return CLI_EXIT_OK;
+    case RESOLVE_OPT_NOTE:
+        r->note = value;
+        return CLI_EXIT_OK;
+    default:
+        return cli_fail_usage(cmd, "unexpected option");
+    }
+}
+
+/* Checks the options against each other and the operands before the store
+ * is opened, then settles the action. */
 static int resolve_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"completed", no_argument, NULL, RESOLVE_OPT_COMPLETED},
-        {"released", no_argument, NULL, RESOLVE_OPT_RELEASED},
-        {"provider-id", required_argument, NULL, RESOLVE_OPT_PROVIDER_ID},
-        {"note", required_argument, NULL, RESOLVE_OPT_NOTE},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     int completed = 0;
     int released = 0;
-    const char *provider_id = NULL;
-    const char *note = NULL;
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_resolve, argc, argv, ":h", opts)) != -1) {
-        switch (c) {
-        case -2:
-            return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP:
-            cli_print_command_help(&cli_cmd_resolve, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        case RESOLVE_OPT_COMPLETED:
-            completed = 1;
-            break;
-        case RESOLVE_OPT_RELEASED:
-            released = 1;
-            break;
-        case RESOLVE_OPT_PROVIDER_ID:
-            provider_id = optarg;
-            break;
-        case RESOLVE_OPT_NOTE:
-            note = optarg;
-            break;
-        default:
-            return cli_fail_usage(&cli_cmd_resolve, "unexpected option");
-        }
-    }
-    if (argc - optind < 2)
-        return cli_fail_usage(&cli_cmd_resolve, "missing %s",
-                              argc - optind == 0 ? "SCOPE and KEY" : "KEY");
-    if (argc - optind > 2)
-        return cli_fail_usage(&cli_cmd_resolve, "too many arguments");
+    const struct option opts[] = {
+        {"completed", no_argument, &completed, 1},
+        {"released", no_argument, &released, 1},
+        {"provider-id", required_argument, NULL, RESOLVE_OPT_PROVIDER_ID},
+        {"note", required_argument, NULL, RESOLVE_OPT_NOTE},
+        CLI_LONGOPTS_COMMON,
+    };
+    const cli_command *cmd = &cli_cmd_resolve;
+    resolve_req r = {0};
+    if (cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, opts, resolve_option, &r) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &r.scope, &r.key);
+    if (code != CLI_EXIT_OK)
+        return code;
     if (completed == released)
-        return cli_fail_usage(&cli_cmd_resolve, "give exactly one of --completed and --released");
-    if (released && provider_id != NULL)
-        return cli_fail_usage(&cli_cmd_resolve, "--provider-id goes with --completed only");
-    const char *scope = argv[optind];
-    const char *key = argv[optind + 1];
-    int code = cli_check_scope_key(scope, key);
+        return cli_fail_usage(cmd, "give exactly one of --completed and --released");
+    if (released && r.provider_id != NULL)
+        return cli_fail_usage(cmd, "--provider-id goes with --completed only");
+    code = cli_check_scope_key(r.scope, r.key);
     if (code != CLI_EXIT_OK)
         return code;
 
-    char *qs = cli_escape_dup(scope, strlen(scope), 64);
-    char *qk = cli_escape_dup(key, strlen(key), 64);
-    if (qs == NULL || qk == NULL) {
-        free(qs);
-        free(qk);
+    r.outcome = completed ? ONCE_OUTCOME_COMPLETED : ONCE_OUTCOME_RELEASED;
+    r.qs = cli_escape_dup(r.scope, strlen(r.scope), 64);
+    r.qk = cli_escape_dup(r.key, strlen(r.key), 64);
+    if (r.qs == NULL || r.qk == NULL) {
         cli_print_error("out of memory");
-        return CLI_EXIT_STORE;
-    }
-    char what[192];
-    snprintf(what, sizeof what, "cannot resolve action %s %s", qs, qk);
-
-    once_store *store = NULL;
-    code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK) {
-        free(qs);
-        free(qk);
-        return code;
-    }
-    once_outcome outcome = completed ? ONCE_OUTCOME_COMPLETED : ONCE_OUTCOME_RELEASED;
-    int rc = once_resolve(store, scope, key, outcome, provider_id, note);
-    if (rc != ONCE_OK) {
-        code = cli_fail_once(rc, what);
+        code = CLI_EXIT_STORE;
     } else {
-        printf("resolved %s %s: %s\n", qs, qk, completed ? "completed" : "released");
-        code = CLI_EXIT_OK;
+        code = cli_finish_stdout(cli_run_on_store(ctx, resolve_apply, &r));
     }
-    once_store_close(store);
-    free(qs);
-    free(qk);
-    return cli_finish_stdout(code);
+    free(r.qs);
+    free(r.qk);
+    return code;
 }

@@ -34,37 +34,47 @@ static int serve_override(char **slot, const char *value)
     return 0;
 }
 
+/* The options of its own on the command line. */
+typedef struct serve_flags {
+    const char *config; /* --config FILE */
+    const char *listen; /* --listen ADDR */
+} serve_flags;
+
+/* Takes --config and --listen (-c, -l): a later one replaces an earlier
+ * one. */
+static int serve_option(const cli_command *cmd, void *arg, int c, const char *value)
+{
+    serve_flags *f = arg;
+    (void)cmd;
+    if (c == 'c')
+        f->config = value;
+    else if (c == 'l')
+        f->listen = value;
+    return CLI_EXIT_OK;
+}
+
 static int serve_run(cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"listen", required_argument, NULL, 'l'},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
+        CLI_LONGOPTS_COMMON,
     };
-    const char *config = NULL, *listen = NULL;
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_serve, argc, argv, ":hc:l:", opts)) != -1) {
-        switch (c) {
-        case -2: return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP: cli_print_command_help(&cli_cmd_serve, stdout); return cli_finish_stdout(CLI_EXIT_OK);
-        case 'c': config = optarg; break;
-        case 'l': listen = optarg; break;
-        default: break;
-        }
-    }
+    serve_flags f = {0};
+    if (cli_parse_options(ctx, &cli_cmd_serve, argc, argv, CLI_SHORTOPTS "c:l:", opts, serve_option, &f) ==
+        CLI_GETOPT_DONE)
+        return ctx->exit_code;
     if (optind < argc)
         return cli_fail_usage(&cli_cmd_serve, "unexpected argument '%s'", argv[optind]);
-    if (!config)
+    if (!f.config)
         return cli_fail_usage(&cli_cmd_serve, "--config FILE is required");
     once_config cfg;
     char err[512];
-    if (config_load(config, &cfg, err, sizeof err) < 0) {
+    if (config_load(f.config, &cfg, err, sizeof err) < 0) {
         cli_print_error("%s", err);
         return CLI_EXIT_USAGE;
     }
-    if ((listen && serve_override(&cfg.listen, listen) < 0) ||
+    if ((f.listen && serve_override(&cfg.listen, f.listen) < 0) ||
         (ctx->store_given && serve_override(&cfg.store, ctx->store_url) < 0)) {
         cli_print_error("out of memory");
         config_free(&cfg);

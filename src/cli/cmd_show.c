@@ -14,8 +14,6 @@
 /* A body can be megabytes; a person needs its start to recognise it. */
 #define SHOW_PREVIEW_MAX 200
 
-enum { SHOW_OPT_JSON = 2100 };
-
 static int show_run(cli_ctx *ctx, int argc, char **argv);
 
 const cli_command cli_cmd_show = {
@@ -34,7 +32,10 @@ static int show_print_response(const once_action *a)
         return ONCE_OK;
     }
     const once_response *r = &a->response;
-    if (r->body != NULL)
+    if (r->body_not_stored > 0)
+        printf("response: status %d, body of %lld bytes delivered but not stored (over max_response)\n",
+               r->status, (long long)r->body_not_stored);
+    else if (r->body != NULL)
         printf("response: status %d, body %zu bytes\n", r->status, r->body_len);
     else
         printf("response: status %d, no body\n", r->status);
@@ -49,8 +50,10 @@ static int show_print_response(const once_action *a)
     return ONCE_OK;
 }
 
-static int show_print_action(const once_action *a)
+/* The field: value lines of the action at rec, for people. */
+static int show_print_action(const void *rec)
 {
+    const once_action *a = rec;
     char attempt[24];
     snprintf(attempt, sizeof attempt, "%lld", (long long)a->attempt);
     int rc = cli_print_text("scope", a->scope);
@@ -108,65 +111,40 @@ static int show_to_json(const void *a, json_t **out)
     return action_json_from(a, out);
 }
 
+/* Reads the action on the open store; a failure is reported naming it. */
+static int show_read(once_store *store, const char *scope, const char *key, void *rec)
+{
+    int rc = once_get(store, scope, key, rec);
+    if (rc == ONCE_OK)
+        return CLI_EXIT_OK;
+    char *qs = cli_escape_dup(scope, strlen(scope), 64);
+    char *qk = cli_escape_dup(key, strlen(key), 64);
+    char what[192];
+    snprintf(what, sizeof what, "action %s %s", qs != NULL ? qs : "?", qk != NULL ? qk : "?");
+    free(qs);
+    free(qk);
+    return cli_fail_once(rc, what);
+}
+
+/* once_action_free for the record view. */
+static void show_free(void *rec)
+{
+    once_action_free(rec);
+}
+
+static const cli_record_kind show_kind = {
+    .what = "action",
+    .first = "SCOPE",
+    .second = "KEY",
+    .check = cli_check_scope_key,
+    .read = show_read,
+    .to_json = show_to_json,
+    .to_text = show_print_action,
+    .free_record = show_free,
+};
+
 static int show_run(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, SHOW_OPT_JSON},
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int json = 0;
-    int c;
-    while ((c = cli_getopt(ctx, &cli_cmd_show, argc, argv, ":h", opts)) != -1) {
-        switch (c) {
-        case -2:
-            return CLI_EXIT_USAGE;
-        case CLI_OPT_HELP:
-            cli_print_command_help(&cli_cmd_show, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        case SHOW_OPT_JSON:
-            json = 1;
-            break;
-        default:
-            return cli_fail_usage(&cli_cmd_show, "unexpected option");
-        }
-    }
-    if (argc - optind < 2)
-        return cli_fail_usage(&cli_cmd_show, "missing %s",
-                              argc - optind == 0 ? "SCOPE and KEY" : "KEY");
-    if (argc - optind > 2)
-        return cli_fail_usage(&cli_cmd_show, "too many arguments");
-    const char *scope = argv[optind];
-    const char *key = argv[optind + 1];
-    int code = cli_check_scope_key(scope, key);
-    if (code != CLI_EXIT_OK)
-        return code;
-
-    once_store *store = NULL;
-    code = cli_open_store(ctx, &store);
-    if (code != CLI_EXIT_OK)
-        return code;
     once_action a = {0};
-    int rc = once_get(store, scope, key, &a);
-    if (rc != ONCE_OK) {
-        char *qs = cli_escape_dup(scope, strlen(scope), 64);
-        char *qk = cli_escape_dup(key, strlen(key), 64);
-        char what[192];
-        snprintf(what, sizeof what, "action %s %s", qs != NULL ? qs : "?", qk != NULL ? qk : "?");
-        free(qs);
-        free(qk);
-        code = cli_fail_once(rc, what);
-        once_store_close(store);
-        return code;
-    }
-    once_store_close(store);
-
-    rc = json ? cli_print_json_record(&a, show_to_json) : show_print_action(&a);
-    once_action_free(&a);
-    if (rc != ONCE_OK) {
-        cli_print_error("cannot format the action: %s", once_strerror(rc));
-        return cli_finish_stdout(CLI_EXIT_STORE);
-    }
-    return cli_finish_stdout(CLI_EXIT_OK);
+    return cli_record_run(ctx, &cli_cmd_show, &show_kind, &a, argc, argv);
 }

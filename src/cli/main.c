@@ -38,25 +38,23 @@ static const cli_command *const main_commands[] = {
 
 #define MAIN_NCOMMANDS (sizeof main_commands / sizeof main_commands[0])
 
+/* The subcommand called name, or NULL. */
 static const cli_command *main_find_command(const char *name)
 {
-    for (size_t i = 0; i < MAIN_NCOMMANDS; i++) {
-        if (strcmp(main_commands[i]->name, name) == 0)
-            return main_commands[i];
-    }
-    return NULL;
+    return cli_find_command(main_commands, MAIN_NCOMMANDS, name);
 }
 
-static void main_print_help(FILE *out)
+/* `once help`, `once -h` and `once --help`: the list of commands. */
+static int main_show_help(void)
 {
     fputs("usage: once [--store URL] <command> [options]\n"
           "\n"
           "once keeps the ledger of actions that must happen exactly once.\n"
           "\n"
           "Commands:\n",
-          out);
+          stdout);
     for (size_t i = 0; i < MAIN_NCOMMANDS; i++)
-        fprintf(out, "  %-9s %s\n", main_commands[i]->name, main_commands[i]->summary);
+        printf("  %-9s %s\n", main_commands[i]->name, main_commands[i]->summary);
     fputs("\n"
           "Options:\n"
           "  --store URL   the store, before or after the command: sqlite:PATH\n"
@@ -66,63 +64,34 @@ static void main_print_help(FILE *out)
           "\n"
           "Exit status: 0 success; 1 bad usage, no such action or a refused transition;\n"
           "2 the store could not be opened or failed.\n",
-          out);
+          stdout);
+    return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/* `once version` and `once --version`. */
+static int main_print_version(void)
+{
+    printf("once %s\n", ONCE_VERSION);
+    return cli_finish_stdout(CLI_EXIT_OK);
 }
 
 static int main_run_help(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = cli_getopt(ctx, &main_cmd_help, argc, argv, ":h", opts)) != -1) {
-        if (c == -2)
-            return CLI_EXIT_USAGE;
-        if (c == CLI_OPT_HELP) {
-            cli_print_command_help(&main_cmd_help, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
-    }
-    int nargs = argc - optind;
-    if (nargs == 0) {
-        main_print_help(stdout);
-        return cli_finish_stdout(CLI_EXIT_OK);
-    }
-    if (nargs > 1)
-        return cli_fail_usage(&main_cmd_help, "too many arguments");
+    if (cli_parse_operands(ctx, &main_cmd_help, argc, argv, 1) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    if (optind == argc)
+        return main_show_help();
     const cli_command *cmd = main_find_command(argv[optind]);
-    if (cmd == NULL) {
-        char *q = cli_escape_dup(argv[optind], strlen(argv[optind]), 64);
-        cli_fail_usage(&main_cmd_help, "unknown command '%s'", q != NULL ? q : "?");
-        free(q);
-        return CLI_EXIT_USAGE;
-    }
-    cli_print_command_help(cmd, stdout);
-    return cli_finish_stdout(CLI_EXIT_OK);
+    if (cmd == NULL)
+        return cli_fail_quoted(&main_cmd_help, "unknown command", argv[optind], "");
+    return cli_show_help(cmd);
 }
 
 static int main_run_version(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, CLI_OPT_STORE},
-        {"help", no_argument, NULL, CLI_OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = cli_getopt(ctx, &main_cmd_version, argc, argv, ":h", opts)) != -1) {
-        if (c == -2)
-            return CLI_EXIT_USAGE;
-        if (c == CLI_OPT_HELP) {
-            cli_print_command_help(&main_cmd_version, stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
-        }
-    }
-    if (optind < argc)
-        return cli_fail_usage(&main_cmd_version, "too many arguments");
-    printf("once %s\n", ONCE_VERSION);
-    return cli_finish_stdout(CLI_EXIT_OK);
+    if (cli_parse_operands(ctx, &main_cmd_version, argc, argv, 0) == CLI_GETOPT_DONE)
+        return ctx->exit_code;
+    return main_print_version();
 }
 
 int main(int argc, char **argv)
@@ -154,28 +123,19 @@ int main(int argc, char **argv)
             ctx.store_given = 1;
             i++;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            main_print_help(stdout);
-            return cli_finish_stdout(CLI_EXIT_OK);
+            return main_show_help();
         } else if (strcmp(a, "--version") == 0) {
-            printf("once %s\n", ONCE_VERSION);
-            return cli_finish_stdout(CLI_EXIT_OK);
+            return main_print_version();
         } else {
-            char *q = cli_escape_dup(a, strlen(a), 64);
-            cli_fail_usage(NULL, "unknown option '%s'", q != NULL ? q : "?");
-            free(q);
-            return CLI_EXIT_USAGE;
+            return cli_fail_quoted(NULL, "unknown option", a, "");
         }
     }
     if (i >= argc)
         return cli_fail_usage(NULL, "no command given");
 
     const cli_command *cmd = main_find_command(argv[i]);
-    if (cmd == NULL) {
-        char *q = cli_escape_dup(argv[i], strlen(argv[i]), 64);
-        cli_fail_usage(NULL, "unknown command '%s'", q != NULL ? q : "?");
-        free(q);
-        return CLI_EXIT_USAGE;
-    }
+    if (cmd == NULL)
+        return cli_fail_quoted(NULL, "unknown command", argv[i], "");
     /* 0 makes glibc's getopt start afresh at argv[1] of the command's argv,
      * with its argument permutation, so options may follow operands. */
     optind = 0;

@@ -3,27 +3,49 @@
  */
 #include "common/looper.h"
 
+#include "common/check.h"
 #include "common/clock.h"
+
+/* Sleeps, under l->mu, as the last round asked, unless something is
+ * already waiting for a round: a kick, a post, or a phase the round has not
+ * seen yet. */
+static void looper_wait(looper *l, looper_phase seen, int64_t wait_ms)
+{
+    l->idle = wait_ms == LOOPER_IDLE;
+    if (l->kicked || l->phase != seen || wait_ms == 0)
+        return;
+    if (l->idle)
+        pthread_cond_wait(&l->cv, &l->mu);
+    else
+        clock_cond_wait_ms(&l->cv, &l->mu, wait_ms);
+}
 
 static void *looper_main(void *arg)
 {
     looper *l = arg;
     pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
+    for (;;) {
+        looper_phase phase = l->phase;
+        looper_item *posted = l->head;
+        l->head = l->tail = NULL;
         l->kicked = 0;
+        l->idle = 0;
         pthread_mutex_unlock(&l->mu);
-        l->round(l->arg);
+        int64_t wait_ms = l->round(l->arg, phase, posted);
         pthread_mutex_lock(&l->mu);
-        if (!l->stop && !l->kicked)
-            clock_cond_wait_ms(&l->cv, &l->mu, l->period_ms);
+        if (wait_ms == LOOPER_DONE) {
+            ONCE_ASSERT(phase == LOOPER_STOPPING && !l->head);
+            break;
+        }
+        looper_wait(l, phase, wait_ms);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
 }
 
-int looper_start(looper *l, int64_t period_ms, void (*round)(void *arg), void *arg)
+int looper_start(looper *l, looper_round_fn round, void *arg)
 {
-    *l = (looper){.period_ms = period_ms, .round = round, .arg = arg};
+    *l = (looper){.round = round, .arg = arg, .phase = LOOPER_RUNNING};
     pthread_mutex_init(&l->mu, NULL);
     if (clock_cond_init(&l->cv) != 0) {
         pthread_mutex_destroy(&l->mu);
@@ -46,15 +68,59 @@ void looper_kick(looper *l)
     pthread_mutex_unlock(&l->mu);
 }
 
+int looper_post(looper *l, looper_item *it, int urgent)
+{
+    it->next = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (l->phase == LOOPER_STOPPING && !urgent) {
+        /* An urgent post is a completion the stopping rounds wait for; a
+         * lazy one is new work that nothing would read. */
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    if (l->tail)
+        l->tail->next = it;
+    else
+        l->head = it;
+    l->tail = it;
+    if (urgent || l->idle) {
+        l->kicked = 1;
+        pthread_cond_signal(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+/* Moves the loop to a later phase (never back) and wakes it. */
+static void looper_advance(looper *l, looper_phase phase)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->phase < phase)
+        l->phase = phase;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void looper_quiesce(looper *l)
+{
+    if (l->started && !l->joined)
+        looper_advance(l, LOOPER_QUIESCED);
+}
+
 void looper_stop(looper *l)
+{
+    if (!l->started || l->joined)
+        return;
+    looper_advance(l, LOOPER_STOPPING);
+    pthread_join(l->thread, NULL);
+    l->joined = 1;
+}
+
+void looper_close(looper *l)
 {
     if (!l->started)
         return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
+    ONCE_ASSERT(l->joined);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
     l->started = 0;

@@ -138,30 +138,50 @@ int json_put(json_t *obj, const char *name, json_t *value)
     return ONCE_OK;
 }
 
-static json_t *json_new_response(const once_action *a, int *rc)
+/* The response of an action, or null when it has none; NULL when out of
+ * memory. */
+static json_t *json_new_response(const once_action *a)
 {
-    *rc = ONCE_OK;
     if (!a->has_response)
         return json_null();
     const once_response *r = &a->response;
-    json_t *obj = json_object();
-    if (obj == NULL) {
-        *rc = ONCE_ENOMEM;
-        return NULL;
+    json_t *obj = json_pack("{s:i, s:o}", "status", r->status, "headers", json_new_blob(r->headers, r->headers_len));
+    if (obj != NULL && r->body_not_stored > 0) {
+        /* Delivered when it happened, never stored: its length says so. */
+        if (json_object_set_new(obj, "body_not_stored", json_integer((json_int_t)r->body_not_stored)) < 0) {
+            json_decref(obj);
+            return NULL;
+        }
+        return obj;
     }
-    int e = json_put(obj, "status", json_integer(r->status));
-    if (e == ONCE_OK)
-        e = json_put(obj, "headers", json_new_blob(r->headers, r->headers_len));
-    if (e == ONCE_OK)
-        e = json_put_body(obj, r->body, r->body_len);
-    if (e != ONCE_OK) {
+    if (obj != NULL && json_put_body(obj, r->body, r->body_len) != ONCE_OK) {
         json_decref(obj);
-        *rc = e;
         return NULL;
     }
     return obj;
 }
 
+/* The trail is stored as lines; an array of them reads better. NULL when
+ * out of memory. */
+static json_t *json_new_trail(const char *trail)
+{
+    json_t *arr = json_array();
+    for (const char *p = trail; arr && p && *p;) {
+        size_t len = strcspn(p, "\n");
+        json_t *line = json_new_lossy(p, len);
+        if (!line || json_array_append_new(arr, line) < 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+        p += len;
+        if (*p == '\n')
+            p++;
+    }
+    return arr;
+}
+
+/* One json_pack for the whole record: it steals every value, releases them
+ * all when one is NULL (out of memory), and keeps the fields in order. */
 int action_json_from(const once_action *a, json_t **out)
 {
     if (a == NULL || out == NULL)
@@ -169,62 +189,19 @@ int action_json_from(const once_action *a, json_t **out)
     const char *state = once_state_name(a->state);
     if (state == NULL)
         return ONCE_EINVAL;
-    json_t *obj = json_object();
+    /* request: what was attempted; the server stores it as JSON, credentials left out. */
+    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
+                            "scope", json_new_text(a->scope), "key", json_new_text(a->key), "state", state,
+                            "attempt", (json_int_t)a->attempt, "created_at", json_new_time(a->created_at),
+                            "updated_at", json_new_time(a->updated_at), "lease_expires_at",
+                            json_new_time(a->lease_expires_at), "expires_at", json_new_time(a->expires_at),
+                            "fingerprint", json_new_text(a->fingerprint), "request",
+                            json_new_blob((const char *)a->request, a->request_len), "provider_id",
+                            json_new_text(a->provider_id), "error", json_new_text(a->error), "note",
+                            json_new_text(a->note), "lookups", (json_int_t)a->lookups, "trail",
+                            json_new_trail(a->trail), "response", json_new_response(a));
     if (obj == NULL)
         return ONCE_ENOMEM;
-
-    int rc = json_put(obj, "scope", json_new_text(a->scope));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "key", json_new_text(a->key));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "state", json_string_nocheck(state));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "attempt", json_integer((json_int_t)a->attempt));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "created_at", json_new_time(a->created_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "updated_at", json_new_time(a->updated_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "lease_expires_at", json_new_time(a->lease_expires_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "expires_at", json_new_time(a->expires_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "fingerprint", json_new_text(a->fingerprint));
-    if (rc == ONCE_OK) /* what was attempted: the server stores it as JSON, credentials left out */
-        rc = json_put(obj, "request", json_new_blob((const char *)a->request, a->request_len));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "provider_id", json_new_text(a->provider_id));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "error", json_new_text(a->error));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "note", json_new_text(a->note));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "lookups", json_integer(a->lookups));
-    if (rc == ONCE_OK) {
-        /* The trail is stored as lines; an array reads better. */
-        json_t *trail = json_array();
-        for (const char *p = a->trail; trail && p && *p;) {
-            size_t len = strcspn(p, "\n");
-            json_t *line = json_new_lossy(p, len);
-            if (!line || json_array_append_new(trail, line) < 0) {
-                json_decref(trail);
-                trail = NULL;
-            }
-            p += len;
-            if (*p == '\n')
-                p++;
-        }
-        rc = json_put(obj, "trail", trail);
-    }
-    if (rc == ONCE_OK) {
-        json_t *resp = json_new_response(a, &rc);
-        if (rc == ONCE_OK)
-            rc = json_put(obj, "response", resp);
-    }
-    if (rc != ONCE_OK) {
-        json_decref(obj);
-        return rc;
-    }
     *out = obj;
     return ONCE_OK;
 }

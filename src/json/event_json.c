@@ -16,6 +16,17 @@
 
 #include "json/action_json.h"
 
+/* The receipt of a claim, or null when e has none. */
+static json_t *json_new_receipt(const once_event *e)
+{
+    size_t n = strnlen(e->receipt, sizeof e->receipt);
+    if (n == 0 || n == sizeof e->receipt)
+        return json_null();
+    return json_new_lossy(e->receipt, n);
+}
+
+/* As action_json_from: one json_pack up to the headers; then the body under
+ * its own name (json_put_body), the error and the receipt. */
 int event_json_from(const once_event *e, int with_receipt, json_t **out)
 {
     if (e == NULL || out == NULL)
@@ -23,42 +34,18 @@ int event_json_from(const once_event *e, int with_receipt, json_t **out)
     const char *state = once_event_state_name(e->state);
     if (state == NULL)
         return ONCE_EINVAL;
-    json_t *obj = json_object();
-    if (obj == NULL)
-        return ONCE_ENOMEM;
-
-    int rc = json_put(obj, "source", json_new_text(e->source));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "event_id", json_new_text(e->event_id));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "state", json_string_nocheck(state));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "attempt", json_integer((json_int_t)e->attempt));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "received_at", json_new_time(e->received_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "updated_at", json_new_time(e->updated_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "next_at", json_new_time(e->next_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "delivered_at", json_new_time(e->delivered_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "expires_at", json_new_time(e->expires_at));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "content_type", json_new_text(e->content_type));
-    if (rc == ONCE_OK)
-        rc = json_put(obj, "headers", json_new_blob(e->headers, e->headers_len));
-    if (rc == ONCE_OK)
-        rc = json_put_body(obj, e->body, e->body_len);
+    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "source",
+                            json_new_text(e->source), "event_id", json_new_text(e->event_id), "state", state,
+                            "attempt", (json_int_t)e->attempt, "received_at", json_new_time(e->received_at),
+                            "updated_at", json_new_time(e->updated_at), "next_at", json_new_time(e->next_at),
+                            "delivered_at", json_new_time(e->delivered_at), "expires_at", json_new_time(e->expires_at),
+                            "content_type", json_new_text(e->content_type), "headers",
+                            json_new_blob(e->headers, e->headers_len));
+    int rc = obj != NULL ? json_put_body(obj, e->body, e->body_len) : ONCE_ENOMEM;
     if (rc == ONCE_OK)
         rc = json_put(obj, "error", json_new_text(e->error));
-    if (rc == ONCE_OK && with_receipt) {
-        size_t n = strnlen(e->receipt, sizeof e->receipt);
-        if (n == 0 || n == sizeof e->receipt)
-            rc = json_put(obj, "receipt", json_null());
-        else
-            rc = json_put(obj, "receipt", json_new_lossy(e->receipt, n));
-    }
+    if (rc == ONCE_OK && with_receipt)
+        rc = json_put(obj, "receipt", json_new_receipt(e));
     if (rc != ONCE_OK) {
         json_decref(obj);
         return rc;

@@ -1,10 +1,11 @@
 /*
- * action.c — ownership of the records libonce hands out.
+ * action.c — ownership of the records libonce hands out, and the answer a
+ * reservation gets from an existing row.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "once/once.h"
+#include "ledger/store.h"
 
 void once_action_free(once_action *a)
 {
@@ -39,4 +40,17 @@ void once_action_list_free(once_action_list *l)
         once_action_free(&l->items[i]);
     free(l->items);
     memset(l, 0, sizeof *l);
+}
+
+/* The ledger's replay cache and both stores answer a reservation from a row
+ * they found; this is the one place that says what such an answer holds. */
+void ledger_answer_reservation(once_reservation *out, once_reserve_status status, const char *fingerprint)
+{
+    const once_action *a = &out->action;
+    out->status = status;
+    out->attempt = a->attempt;
+    if (status == ONCE_IN_FLIGHT)
+        out->lease_expires_at = a->lease_expires_at;
+    if (status == ONCE_COMPLETED)
+        out->fingerprint_mismatch = fingerprint && a->fingerprint && strcmp(fingerprint, a->fingerprint) != 0;
 }

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ledger/entry.h"
 #include "ledger/store.h"
 #include "ledger/validate.h"
 
 #define DEFAULT_EVENT_RETENTION_MS (7LL * 24 * 3600 * 1000)
-#define LIST_MAX 1000
 
 void once_event_free(once_event *e)
 {
@@ -76,15 +76,11 @@ int once_event_insert_async(once_store *store, const once_event_in *ev, int *ins
 
 int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out)
 {
-    once_detail_clear();
-    if (!store || !out)
-        return once_fail(ONCE_EINVAL, "event_claim: store and out are required");
-    memset(out, 0, sizeof *out);
-    int rc = once_scope_validate(source);
-    if (rc < 0)
+    int rc = ledger_begin_out(store && out, out, sizeof *out, "event_claim: store and out are required");
+    if (rc < 0 || (rc = once_scope_validate(source)) < 0)
         return rc;
-    if (max < 1 || max > LIST_MAX)
-        return once_fail(ONCE_EINVAL, "claim: max must be between 1 and %d", LIST_MAX);
+    if (max < 1 || max > LEDGER_LIST_MAX)
+        return once_fail(ONCE_EINVAL, "claim: max must be between 1 and %d", LEDGER_LIST_MAX);
     if (lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
         return once_fail(ONCE_EINVAL, "claim: lease must be between 1 ms and 7 days");
     rc = store->vt->event_claim(store, source, max, lease_ms, once_now_ms(), out);
@@ -124,12 +120,8 @@ int once_event_retry(once_store *store, const char *source, const char *receipt,
 
 int once_event_get(once_store *store, const char *source, const char *event_id, once_event *out)
 {
-    once_detail_clear();
-    if (!store || !out)
-        return once_fail(ONCE_EINVAL, "event_get: store and out are required");
-    memset(out, 0, sizeof *out);
-    int rc = once_scope_validate(source);
-    if (rc < 0 || (rc = check_event_id(event_id)) < 0)
+    int rc = ledger_begin_out(store && out, out, sizeof *out, "event_get: store and out are required");
+    if (rc < 0 || (rc = once_scope_validate(source)) < 0 || (rc = check_event_id(event_id)) < 0)
         return rc;
     rc = store->vt->event_get(store, source, event_id, out);
     if (rc < 0)
@@ -139,31 +131,17 @@ int once_event_get(once_store *store, const char *source, const char *event_id, 
 
 int once_list_events(once_store *store, const once_event_list_req *req, once_event_list *out)
 {
-    once_detail_clear();
-    if (!store || !req || !out)
-        return once_fail(ONCE_EINVAL, "event_list: store, req and out are required");
-    memset(out, 0, sizeof *out);
-    int rc;
+    int rc = ledger_begin_out(store && req && out, out, sizeof *out, "event_list: store, req and out are required");
+    if (rc < 0)
+        return rc;
     if (req->source && (rc = once_scope_validate(req->source)) < 0)
         return rc;
     if (req->state && !once_event_state_name(req->state))
         return once_fail(ONCE_EINVAL, "event_list: unknown state %d", (int)req->state);
-    if (req->limit > LIST_MAX)
-        return once_fail(ONCE_EINVAL, "event_list: limit must be between 1 and %d", LIST_MAX);
-    int64_t after = 0;
-    if (req->cursor && *req->cursor) {
-        size_t n = strnlen(req->cursor, ONCE_CURSOR_MAX);
-        if (n > 18)
-            return once_fail(ONCE_EINVAL, "cursor: malformed");
-        for (size_t i = 0; i < n; i++) {
-            if (req->cursor[i] < '0' || req->cursor[i] > '9')
-                return once_fail(ONCE_EINVAL, "cursor: malformed");
-            after = after * 10 + (req->cursor[i] - '0');
-        }
-    }
     once_event_list_req r = *req;
-    if (r.limit == 0)
-        r.limit = 100;
+    int64_t after;
+    if ((rc = ledger_check_page("event_list", req->limit, req->cursor, &r.limit, &after)) < 0)
+        return rc;
     rc = store->vt->event_list(store, &r, after, out);
     if (rc < 0)
         once_event_list_free(out);
@@ -183,14 +161,5 @@ int once_event_redeliver(once_store *store, const char *source, const char *even
 
 int once_event_sweep(once_store *store, int64_t now, size_t *count)
 {
-    once_detail_clear();
-    if (count)
-        *count = 0;
-    if (!store || now < 0)
-        return once_fail(ONCE_EINVAL, "event_sweep: store is NULL or now is negative");
-    size_t n = 0;
-    int rc = store->vt->event_sweep(store, now, &n);
-    if (rc == ONCE_OK && count)
-        *count = n;
-    return rc;
+    return ledger_sweep(store, store ? store->vt->event_sweep : NULL, now, count, "event_sweep");
 }

@@ -12,13 +12,12 @@
 #include <time.h>
 
 #include "common/timefmt.h"
-#include "ledger/store.h"
+#include "ledger/entry.h"
 #include "ledger/replay_cache.h"
+#include "ledger/store.h"
 #include "ledger/validate.h"
 
 #define DEFAULT_RETENTION_MS (24LL * 3600 * 1000)
-#define LIST_DEFAULT 100
-#define LIST_MAX 1000
 
 int ledger_store_attach(once_store *store)
 {
@@ -82,21 +81,59 @@ void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ct
     store->commit_hook = fn;
 }
 
+/* Seven entry points start so; one place keeps their contract: *out is
+ * always zeroed before anything can fail past the arguments. */
+int ledger_begin_out(int args_ok, void *out, size_t size, const char *missing)
+{
+    once_detail_clear();
+    if (!args_ok)
+        return once_fail(ONCE_EINVAL, "%s", missing);
+    memset(out, 0, size);
+    return ONCE_OK;
+}
+
 static int check_name(const char *scope, const char *key)
 {
     int rc = once_scope_validate(scope);
     return rc < 0 ? rc : once_key_validate(key);
 }
 
+/* How every entry point that names one action starts, said once: this
+ * thread's detail cleared, a store (no_store is the detail without one), a
+ * valid scope and key. */
+static int begin_named(once_store *store, const char *no_store, const char *scope, const char *key)
+{
+    once_detail_clear();
+    if (!store)
+        return once_fail(ONCE_EINVAL, "%s", no_store);
+    return check_name(scope, key);
+}
+
+/* begin_named for the calls of the attempt that holds the key, which bring
+ * its token (complete, release, mark unknown, renew). */
+static int begin_fenced(once_store *store, const char *no_store, const char *scope, const char *key,
+                        const char *token)
+{
+    int rc = begin_named(store, no_store, scope, key);
+    return rc < 0 ? rc : validate_token(token);
+}
+
+/* What resolve and reconcile both settle with: an outcome, the provider's id
+ * and a free text (text_name: the note, the step); what names the call. */
+static int check_outcome(const char *what, once_outcome outcome, const char *provider_id, const char *text_name,
+                         const char *text)
+{
+    if (outcome != ONCE_OUTCOME_COMPLETED && outcome != ONCE_OUTCOME_RELEASED)
+        return once_fail(ONCE_EINVAL, "%s: outcome must be completed or released", what);
+    int rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1);
+    return rc < 0 ? rc : validate_text(text_name, text, ONCE_TEXT_MAX, 0);
+}
+
 static int reserve(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
                    void *ctx)
 {
-    once_detail_clear();
-    if (!store || !req || !out)
-        return once_fail(ONCE_EINVAL, "reserve: store, req and out are required");
-    memset(out, 0, sizeof *out);
-    int rc = check_name(req->scope, req->key);
-    if (rc < 0)
+    int rc = ledger_begin_out(store && req && out, out, sizeof *out, "reserve: store, req and out are required");
+    if (rc < 0 || (rc = check_name(req->scope, req->key)) < 0)
         return rc;
     if ((rc = validate_text("fingerprint", req->fingerprint, ONCE_FINGERPRINT_MAX, 1)) < 0)
         return rc;
@@ -117,10 +154,7 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
         if (rc < 0)
             return once_fail(rc, "reserve: out of memory");
         if (rc == 1) {
-            out->status = ONCE_COMPLETED;
-            out->attempt = out->action.attempt;
-            out->fingerprint_mismatch =
-                r.fingerprint && out->action.fingerprint && strcmp(r.fingerprint, out->action.fingerprint) != 0;
+            ledger_answer_reservation(out, ONCE_COMPLETED, r.fingerprint);
             return cb ? 1 : ONCE_OK;
         }
     }
@@ -145,22 +179,11 @@ int once_reserve_async(once_store *store, const once_reserve_req *req, once_rese
     return reserve(store, req, out, cb, ctx);
 }
 
-static int check_fenced(const char *scope, const char *key, const char *token)
-{
-    int rc = check_name(scope, key);
-    return rc < 0 ? rc : validate_token(token);
-}
-
 static int complete(once_store *store, const char *scope, const char *key, const char *token,
                     const once_response *response, const char *provider_id, once_cb cb, void *ctx)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "complete: store is NULL");
-    int rc = check_fenced(scope, key, token);
-    if (rc < 0)
-        return rc;
-    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0)
+    int rc = begin_fenced(store, "complete: store is NULL", scope, key, token);
+    if (rc < 0 || (rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0)
         return rc;
     if (response) {
         if (response->headers_len > ONCE_HEADERS_MAX || (!response->headers && response->headers_len))
@@ -169,6 +192,8 @@ static int complete(once_store *store, const char *scope, const char *key, const
             return once_fail(ONCE_EINVAL, "response: body larger than %u bytes", ONCE_BODY_MAX);
         if (response->status < 0 || response->status > 999)
             return once_fail(ONCE_EINVAL, "response: status %d out of range", response->status);
+        if (response->body_not_stored < 0 || (response->body_not_stored > 0 && response->body_len))
+            return once_fail(ONCE_EINVAL, "response: body_not_stored must be 0, or > 0 with no body");
     }
     return store->vt->complete(store, scope, key, token, response, provider_id, once_now_ms(), cb, ctx);
 }
@@ -190,13 +215,8 @@ int once_complete_async(once_store *store, const char *scope, const char *key, c
 static int settle(once_store *store, const char *scope, const char *key, const char *token, once_state to,
                   const char *error, once_cb cb, void *ctx)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "store is NULL");
-    int rc = check_fenced(scope, key, token);
-    if (rc < 0)
-        return rc;
-    if ((rc = validate_text("error", error, ONCE_TEXT_MAX, 0)) < 0)
+    int rc = begin_fenced(store, "store is NULL", scope, key, token);
+    if (rc < 0 || (rc = validate_text("error", error, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
     return store->vt->settle(store, scope, key, token, to, error, once_now_ms(), cb, ctx);
 }
@@ -215,10 +235,7 @@ int once_mark_unknown(once_store *store, const char *scope, const char *key, con
 static int renew(once_store *store, const char *scope, const char *key, const char *token, int64_t lease_ms,
                  int64_t *lease_expires_at, once_cb cb, void *ctx)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "store is NULL");
-    int rc = check_fenced(scope, key, token);
+    int rc = begin_fenced(store, "store is NULL", scope, key, token);
     if (rc < 0)
         return rc;
     if (lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
@@ -258,12 +275,8 @@ int once_mark_unknown_async(once_store *store, const char *scope, const char *ke
 
 int once_get(once_store *store, const char *scope, const char *key, once_action *out)
 {
-    once_detail_clear();
-    if (!store || !out)
-        return once_fail(ONCE_EINVAL, "get: store and out are required");
-    memset(out, 0, sizeof *out);
-    int rc = check_name(scope, key);
-    if (rc < 0)
+    int rc = ledger_begin_out(store && out, out, sizeof *out, "get: store and out are required");
+    if (rc < 0 || (rc = check_name(scope, key)) < 0)
         return rc;
     rc = store->vt->get(store, scope, key, out);
     if (rc < 0)
@@ -271,46 +284,31 @@ int once_get(once_store *store, const char *scope, const char *key, once_action 
     return rc;
 }
 
-/* Cursors are the decimal id of the last row returned; ids only grow, so
- * paging by id never skips or repeats a row when others are inserted. */
-static int cursor_parse(const char *cursor, int64_t *after)
+/* Both list entry points (actions, events) page alike. */
+int ledger_check_page(const char *what, size_t limit, const char *cursor, size_t *limit_out, int64_t *after_id)
 {
-    *after = 0;
-    if (!cursor || !*cursor)
-        return ONCE_OK;
-    size_t n = strnlen(cursor, ONCE_CURSOR_MAX);
-    /* 18 digits always fit an int64_t; ids never come near that. */
-    if (n > 18)
-        return once_fail(ONCE_EINVAL, "cursor: malformed");
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (cursor[i] < '0' || cursor[i] > '9')
-            return once_fail(ONCE_EINVAL, "cursor: malformed");
-        v = v * 10 + (cursor[i] - '0');
-    }
-    *after = v;
+    if (limit > LEDGER_LIST_MAX)
+        return once_fail(ONCE_EINVAL, "%s: limit must be between 1 and %d", what, LEDGER_LIST_MAX);
+    int rc = validate_cursor(cursor, after_id);
+    if (rc < 0)
+        return rc;
+    *limit_out = limit ? limit : LEDGER_LIST_DEFAULT;
     return ONCE_OK;
 }
 
 int once_list(once_store *store, const once_list_req *req, once_action_list *out)
 {
-    once_detail_clear();
-    if (!store || !req || !out)
-        return once_fail(ONCE_EINVAL, "list: store, req and out are required");
-    memset(out, 0, sizeof *out);
+    int rc = ledger_begin_out(store && req && out, out, sizeof *out, "list: store, req and out are required");
+    if (rc < 0)
+        return rc;
     if (req->state && !once_state_name(req->state))
         return once_fail(ONCE_EINVAL, "list: unknown state %d", (int)req->state);
-    int rc;
     if (req->scope && (rc = once_scope_validate(req->scope)) < 0)
         return rc;
-    if (req->limit > LIST_MAX)
-        return once_fail(ONCE_EINVAL, "list: limit must be between 1 and %d", LIST_MAX);
-    int64_t after;
-    if ((rc = cursor_parse(req->cursor, &after)) < 0)
-        return rc;
     once_list_req r = *req;
-    if (r.limit == 0)
-        r.limit = LIST_DEFAULT;
+    int64_t after;
+    if ((rc = ledger_check_page("list", req->limit, req->cursor, &r.limit, &after)) < 0)
+        return rc;
     rc = store->vt->list(store, &r, after, out);
     if (rc < 0)
         once_action_list_free(out);
@@ -320,45 +318,52 @@ int once_list(once_store *store, const once_list_req *req, once_action_list *out
 int once_resolve(once_store *store, const char *scope, const char *key, once_outcome outcome,
                  const char *provider_id, const char *note)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "resolve: store is NULL");
-    int rc = check_name(scope, key);
-    if (rc < 0)
-        return rc;
-    if (outcome != ONCE_OUTCOME_COMPLETED && outcome != ONCE_OUTCOME_RELEASED)
-        return once_fail(ONCE_EINVAL, "resolve: outcome must be completed or released");
-    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0 ||
-        (rc = validate_text("note", note, ONCE_TEXT_MAX, 0)) < 0)
+    int rc = begin_named(store, "resolve: store is NULL", scope, key);
+    if (rc < 0 || (rc = check_outcome("resolve", outcome, provider_id, "note", note)) < 0)
         return rc;
     return store->vt->resolve(store, scope, key, outcome, provider_id, note, once_now_ms());
 }
 
-int once_expire_leases(once_store *store, int64_t now, size_t *count)
+/* The three sweeps check and count alike. */
+int ledger_sweep(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *count, const char *what)
 {
     once_detail_clear();
     if (count)
         *count = 0;
     if (!store || now < 0)
-        return once_fail(ONCE_EINVAL, "expire_leases: store is NULL or now is negative");
+        return once_fail(ONCE_EINVAL, "%s: store is NULL or now is negative", what);
     size_t n = 0;
-    int rc = store->vt->expire_leases(store, now, &n);
+    int rc = fn(store, now, &n);
     if (rc == ONCE_OK && count)
         *count = n;
     return rc;
 }
 
+/* The sweeps below are ledger_sweep on the store's function. */
+int once_expire_leases(once_store *store, int64_t now, size_t *count)
+{
+    return ledger_sweep(store, store ? store->vt->expire_leases : NULL, now, count, "expire_leases");
+}
+
 int once_hold(once_store *store, const char *scope, const char *key, const char *reason)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "hold: store is NULL");
-    int rc = check_name(scope, key);
-    if (rc < 0)
-        return rc;
-    if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
+    int rc = begin_named(store, "hold: store is NULL", scope, key);
+    if (rc < 0 || (rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
     return store->vt->hold(store, scope, key, reason, once_now_ms());
+}
+
+/* Both hold_unknown entry points end here, their arguments checked: the
+ * unknown actions of scope (NULL: of every scope not in except, joined by
+ * ','), with *count (may be NULL) set when the store succeeds. */
+static int hold_unknown(once_store *store, const char *scope, const char *except, const char *reason,
+                        size_t *count)
+{
+    size_t n = 0;
+    int rc = store->vt->hold_unknown(store, scope, except, reason, once_now_ms(), &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
 }
 
 int once_hold_unknown(once_store *store, const char *scope, const char *reason, size_t *count)
@@ -373,11 +378,7 @@ int once_hold_unknown(once_store *store, const char *scope, const char *reason, 
         return rc;
     if ((rc = validate_text("reason", reason, ONCE_TEXT_MAX, 0)) < 0)
         return rc;
-    size_t n = 0;
-    rc = store->vt->hold_unknown(store, scope, NULL, reason, once_now_ms(), &n);
-    if (rc == ONCE_OK && count)
-        *count = n;
-    return rc;
+    return hold_unknown(store, scope, NULL, reason, count);
 }
 
 int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
@@ -406,26 +407,19 @@ int once_hold_unknown_except(once_store *store, const char *const *except, size_
             strcat(joined, ",");
         strcat(joined, except[i]);
     }
-    size_t n = 0;
-    rc = store->vt->hold_unknown(store, NULL, nexcept ? joined : NULL, reason, once_now_ms(), &n);
+    rc = hold_unknown(store, NULL, nexcept ? joined : NULL, reason, count);
     free(joined);
-    if (rc == ONCE_OK && count)
-        *count = n;
     return rc;
 }
 
 int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
                          once_action_list *out)
 {
-    once_detail_clear();
-    if (!store || !out)
-        return once_fail(ONCE_EINVAL, "reconcile_claim: store and out are required");
-    memset(out, 0, sizeof *out);
-    int rc = once_scope_validate(scope);
-    if (rc < 0)
+    int rc = ledger_begin_out(store && out, out, sizeof *out, "reconcile_claim: store and out are required");
+    if (rc < 0 || (rc = once_scope_validate(scope)) < 0)
         return rc;
-    if (max < 1 || max > LIST_MAX || lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
-        return once_fail(ONCE_EINVAL, "reconcile_claim: max 1..%d and a lease of 1 ms to 7 days", LIST_MAX);
+    if (max < 1 || max > LEDGER_LIST_MAX || lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "reconcile_claim: max 1..%d and a lease of 1 ms to 7 days", LEDGER_LIST_MAX);
     if (settle_ms < 0 || settle_ms > ONCE_LEASE_MAX_MS)
         return once_fail(ONCE_EINVAL, "reconcile_claim: settle must be between 0 and 7 days");
     rc = store->vt->reconcile_claim(store, scope, max, lease_ms, settle_ms, once_now_ms(), out);
@@ -450,19 +444,12 @@ static int trail_line(const char *step, int64_t now, char *out, size_t len)
 int once_reconcile(once_store *store, const char *scope, const char *key, once_outcome outcome,
                    const once_response *response, const char *provider_id, const char *step)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "reconcile: store is NULL");
-    int rc = check_name(scope, key);
-    if (rc < 0)
-        return rc;
-    if (outcome != ONCE_OUTCOME_COMPLETED && outcome != ONCE_OUTCOME_RELEASED)
-        return once_fail(ONCE_EINVAL, "reconcile: outcome must be completed or released");
-    if ((rc = validate_text("provider_id", provider_id, ONCE_PROVIDER_ID_MAX, 1)) < 0 ||
-        (rc = validate_text("step", step, ONCE_TEXT_MAX, 0)) < 0)
+    int rc = begin_named(store, "reconcile: store is NULL", scope, key);
+    if (rc < 0 || (rc = check_outcome("reconcile", outcome, provider_id, "step", step)) < 0)
         return rc;
     if (response && (response->body_len > ONCE_BODY_MAX || response->headers_len > ONCE_HEADERS_MAX ||
-                     (!response->body && response->body_len) || (!response->headers && response->headers_len)))
+                     (!response->body && response->body_len) || (!response->headers && response->headers_len) ||
+                     response->body_not_stored != 0))
         return once_fail(ONCE_EINVAL, "reconcile: response out of range");
     int64_t now = once_now_ms();
     char line[ONCE_TEXT_MAX + 64];
@@ -474,10 +461,7 @@ int once_reconcile(once_store *store, const char *scope, const char *key, once_o
 int once_reconcile_failed(once_store *store, const char *scope, const char *key, int64_t delay_ms, int hold,
                           const char *step)
 {
-    once_detail_clear();
-    if (!store)
-        return once_fail(ONCE_EINVAL, "reconcile_failed: store is NULL");
-    int rc = check_name(scope, key);
+    int rc = begin_named(store, "reconcile_failed: store is NULL", scope, key);
     if (rc < 0)
         return rc;
     if (delay_ms < 0 || delay_ms > ONCE_LEASE_MAX_MS)
@@ -493,14 +477,5 @@ int once_reconcile_failed(once_store *store, const char *scope, const char *key,
 
 int once_sweep(once_store *store, int64_t now, size_t *count)
 {
-    once_detail_clear();
-    if (count)
-        *count = 0;
-    if (!store || now < 0)
-        return once_fail(ONCE_EINVAL, "sweep: store is NULL or now is negative");
-    size_t n = 0;
-    int rc = store->vt->sweep(store, now, &n);
-    if (rc == ONCE_OK && count)
-        *count = n;
-    return rc;
+    return ledger_sweep(store, store ? store->vt->sweep : NULL, now, count, "sweep");
 }

@@ -55,6 +55,41 @@ int ledger_transition_allowed(once_state from, once_state to)
     return allowed[from][to];
 }
 
+/* Both the ledger's and the stores' reading of an outcome, so that a resolve
+ * and a reconcile settle the same way everywhere. */
+once_state ledger_outcome_state(once_outcome outcome)
+{
+    return outcome == ONCE_OUTCOME_COMPLETED ? ONCE_STATE_COMPLETED : ONCE_STATE_RELEASED;
+}
+
+/* The rule once_reserve applies to a row it finds (the PostgreSQL store's
+ * once_reserve function says it again in SQL): one home for the stores' reads
+ * that answer without the writer. */
+int ledger_decide_reservation(once_state state, int64_t lease_expires_at, int64_t expires_at, int64_t now,
+                              int retry_unknown, once_reserve_status *status)
+{
+    switch (state) {
+    case ONCE_STATE_COMPLETED:
+        if (expires_at <= now)
+            return 0; /* past its retention: a new attempt */
+        *status = ONCE_COMPLETED;
+        return 1;
+    case ONCE_STATE_PENDING:
+        if (lease_expires_at <= now)
+            return 0; /* the lease ran out: the writer decides */
+        *status = ONCE_IN_FLIGHT;
+        return 1;
+    case ONCE_STATE_UNKNOWN:
+    case ONCE_STATE_HELD:
+        /* A provider that dedupes on the key makes a resend harmless. */
+        if (retry_unknown)
+            return 0;
+        *status = state == ONCE_STATE_UNKNOWN ? ONCE_UNKNOWN : ONCE_HELD;
+        return 1;
+    default: return 0;
+    }
+}
+
 static const char *const event_state_names[] = {[ONCE_EVENT_PENDING] = "pending", [ONCE_EVENT_DELIVERED] = "delivered",
                                           [ONCE_EVENT_DEAD] = "dead"};
 

@@ -96,6 +96,21 @@ typedef struct store_vtable {
  * Stores assert their transitions with it. */
 int ledger_transition_allowed(once_state from, once_state to);
 
+/* The state an outcome (resolve, reconcile) settles an action in. */
+once_state ledger_outcome_state(once_outcome outcome);
+
+/* Whether an existing row answers a reservation by itself, read outside any
+ * write: a completed outcome still retained, a lease still live, or an
+ * unknown or held action that must not be resent (retry_unknown off). 1 with
+ * *status set, or 0 when the reservation must be written. */
+int ledger_decide_reservation(once_state state, int64_t lease_expires_at, int64_t expires_at, int64_t now,
+                              int retry_unknown, once_reserve_status *status);
+
+/* Fills *out, whose action already holds the row that answered, with status:
+ * the row's attempt, its lease when in flight, and when completed whether
+ * fingerprint (the new request's, may be NULL) differs from the row's. */
+void ledger_answer_reservation(once_reservation *out, once_reserve_status status, const char *fingerprint);
+
 /* Called by the opener once a store is open: the ledger hangs what it keeps
  * per store on it (the replay cache). 0, or an error after closing it. */
 int ledger_store_attach(once_store *store);

@@ -9,40 +9,51 @@
 #include "ledger/store.h"
 #include "ledger/validate.h"
 
-int once_key_validate(const char *key)
+/* Whether a byte may stand in a key, or in any text the ledger asks to be
+ * printable: ASCII from space to tilde. */
+static int byte_printable(unsigned char c)
 {
-    if (!key)
-        return once_fail(ONCE_EINVAL, "key: missing");
-    size_t n = strnlen(key, ONCE_KEY_MAX + 1);
+    return c >= 0x20 && c <= 0x7e;
+}
+
+/* Whether a byte may stand in a scope: scopes name files, metrics and URL
+ * segments, so they keep to [A-Za-z0-9._-]. */
+static int byte_scope(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+}
+
+/* The rules keys and scopes share, said once: present, 1 to max bytes, every
+ * byte allowed (allowed names the set in the detail). */
+static int validate_name(const char *what, const char *s, size_t max, int (*byte_ok)(unsigned char),
+                         const char *allowed)
+{
+    if (!s)
+        return once_fail(ONCE_EINVAL, "%s: missing", what);
+    size_t n = strnlen(s, max + 1);
     if (n == 0)
-        return once_fail(ONCE_EINVAL, "key: empty");
-    if (n > ONCE_KEY_MAX)
-        return once_fail(ONCE_EINVAL, "key: longer than %d bytes", ONCE_KEY_MAX);
+        return once_fail(ONCE_EINVAL, "%s: empty", what);
+    if (n > max)
+        return once_fail(ONCE_EINVAL, "%s: longer than %zu bytes", what, max);
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c < 0x20 || c > 0x7e)
-            return once_fail(ONCE_EINVAL, "key: byte %zu (0x%02x) is not printable ASCII", i, c);
+        unsigned char c = (unsigned char)s[i];
+        if (!byte_ok(c))
+            return once_fail(ONCE_EINVAL, "%s: byte %zu (0x%02x) is not %s", what, i, c, allowed);
     }
     return ONCE_OK;
 }
 
+/* Keys come from agents: any printable ASCII. */
+int once_key_validate(const char *key)
+{
+    return validate_name("key", key, ONCE_KEY_MAX, byte_printable, "printable ASCII");
+}
+
+/* Scopes name files, metrics and URL segments: a narrow set. */
 int once_scope_validate(const char *scope)
 {
-    if (!scope)
-        return once_fail(ONCE_EINVAL, "scope: missing");
-    size_t n = strnlen(scope, ONCE_SCOPE_MAX + 1);
-    if (n == 0)
-        return once_fail(ONCE_EINVAL, "scope: empty");
-    if (n > ONCE_SCOPE_MAX)
-        return once_fail(ONCE_EINVAL, "scope: longer than %d bytes", ONCE_SCOPE_MAX);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)scope[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                 c == '_' || c == '-';
-        if (!ok)
-            return once_fail(ONCE_EINVAL, "scope: byte %zu (0x%02x) is not one of [A-Za-z0-9._-]", i, c);
-    }
-    return ONCE_OK;
+    return validate_name("scope", scope, ONCE_SCOPE_MAX, byte_scope, "one of [A-Za-z0-9._-]");
 }
 
 int validate_hex(const char *what, const char *s, size_t len)
@@ -72,13 +83,31 @@ int validate_text(const char *what, const char *s, size_t max, int printable)
     size_t n = strnlen(s, max + 1);
     if (n > max)
         return once_fail(ONCE_EINVAL, "%s: longer than %zu bytes", what, max);
-    if (printable) {
-        for (size_t i = 0; i < n; i++) {
-            unsigned char c = (unsigned char)s[i];
-            if (c < 0x20 || c > 0x7e)
-                return once_fail(ONCE_EINVAL, "%s: byte %zu is not printable ASCII", what, i);
-        }
+    for (size_t i = 0; printable && i < n; i++) {
+        if (!byte_printable((unsigned char)s[i]))
+            return once_fail(ONCE_EINVAL, "%s: byte %zu is not printable ASCII", what, i);
     }
+    return ONCE_OK;
+}
+
+/* Cursors are the decimal id of the last row returned; ids only grow, so
+ * paging by id never skips or repeats a row when others are inserted. */
+int validate_cursor(const char *cursor, int64_t *after)
+{
+    *after = 0;
+    if (!cursor || !*cursor)
+        return ONCE_OK;
+    size_t n = strnlen(cursor, ONCE_CURSOR_MAX);
+    /* 18 digits always fit an int64_t; ids never come near that. */
+    if (n > 18)
+        return once_fail(ONCE_EINVAL, "cursor: malformed");
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cursor[i] < '0' || cursor[i] > '9')
+            return once_fail(ONCE_EINVAL, "cursor: malformed");
+        v = v * 10 + (cursor[i] - '0');
+    }
+    *after = v;
     return ONCE_OK;
 }
 

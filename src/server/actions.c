@@ -73,14 +73,9 @@ static void act_fail(req *r, int rc, const char *detail)
 
 static act *act_new(req *r)
 {
-    act *a = calloc(1, sizeof *a);
-    if (!a) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
-        return NULL;
-    }
-    a->r = r;
-    r->state = a;
-    r->state_free = act_free;
+    act *a = req_state_new(r, sizeof *a, act_free);
+    if (a)
+        a->r = r;
     return a;
 }
 
@@ -117,6 +112,22 @@ static int member_str(act *a, const char *name, int required, const char **value
         return -1;
     }
     *value = json_string_value(v);
+    return 0;
+}
+
+/* lease_ms, or the configured lease when it is absent or null. Answers 400
+ * when it is not an integer (the ledger checks its range). */
+static int member_lease(act *a, int64_t *lease)
+{
+    json_t *v = json_object_get(a->body, "lease_ms");
+    *lease = a->r->srv->cfg->lease_ms;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v)) {
+        req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
+        return -1;
+    }
+    *lease = json_integer_value(v);
     return 0;
 }
 
@@ -275,20 +286,14 @@ static void actions_reserve(req *r)
     const char *fp;
     if (member_str(a, "fingerprint", 0, &fp) < 0)
         return;
-    int64_t lease = r->srv->cfg->lease_ms;
-    json_t *l = json_object_get(a->body, "lease_ms");
-    if (l && !json_is_null(l)) {
-        if (!json_is_integer(l)) {
-            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
-            return;
-        }
-        lease = json_integer_value(l);
-    }
+    int64_t lease;
+    if (member_lease(a, &lease) < 0)
+        return;
     json_t *request = json_object_get(a->body, "request");
     if (request && !json_is_null(request)) {
         a->request_text = json_dumps(request, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!a->request_text) {
-            req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+            req_out_of_memory(r);
             return;
         }
     }
@@ -351,7 +356,7 @@ static void actions_settle(req *r, const char *verb)
         json_t *result = json_object_get(a->body, "result");
         a->result_text = json_dumps(result ? result : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
         if (!a->result_text) {
-            req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+            req_out_of_memory(r);
             return;
         }
         a->resp = (once_response){.status = 200,
@@ -391,15 +396,9 @@ static void actions_renew(req *r)
     act *a = act_new(r);
     if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
         return;
-    int64_t lease = r->srv->cfg->lease_ms;
-    json_t *l = json_object_get(a->body, "lease_ms");
-    if (l && !json_is_null(l)) {
-        if (!json_is_integer(l)) {
-            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
-            return;
-        }
-        lease = json_integer_value(l);
-    }
+    int64_t lease;
+    if (member_lease(a, &lease) < 0)
+        return;
     int rc = once_renew_async(r->srv->store, a->scope, a->key, a->token, lease, &a->lease_until, on_renewed, a);
     if (rc < 0)
         act_fail(r, rc, once_errdetail());
@@ -474,7 +473,7 @@ static void list_job(void *arg)
     json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", l.next[0] ? l.next : NULL) : NULL;
     once_action_list_free(&l);
     if (!body) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
     req_json(r, 200, body);

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "common/looper.h"
 #include "server/hooks.h"
 #include "server/log.h"
 
@@ -26,26 +27,20 @@
 #define CLAIM_GRACE_MS 5000 /* a claim outlives the call's timeout by this */
 
 typedef struct job {
-    struct job *next;
+    looper_item item; /* first: posted back by the outbound thread */
     delivery *d;
     source_rt *src;
     once_event ev;
-    char *headers[8];
-    size_t nheaders;
+    out_headers headers;
     out_call call;
 } job;
 
+/* running and wake_at belong to the loop thread. */
 struct delivery {
     server *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job *done;       /* finished calls, queued by the outbound thread */
-    int kicked;
-    int quiesced;
-    int stop;
+    looper loop;
     size_t running;  /* calls handed to the outbound client */
     int64_t wake_at; /* the earliest retry due (ms since epoch); 0 = none known */
-    pthread_t thread;
 };
 
 /* Remembers that a retry falls due at ms, so the loop wakes for it rather
@@ -58,23 +53,18 @@ static void wake_for(delivery *d, int64_t ms)
 
 static void job_free(job *j)
 {
-    for (size_t i = 0; i < j->nheaders; i++)
-        free(j->headers[i]);
+    out_headers_clear(&j->headers);
     once_event_free(&j->ev);
     out_call_clear(&j->call);
     free(j);
 }
 
-/* Runs on the outbound thread: queue the result for the delivery thread. */
+/* Runs on the outbound thread: the result goes to the delivery thread. A
+ * completion is always taken, even while stopping (the stop waits for it). */
 static void on_delivered(out_call *c)
 {
     job *j = c->ctx;
-    delivery *d = j->d;
-    pthread_mutex_lock(&d->mu);
-    j->next = d->done;
-    d->done = j;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+    looper_post(&j->d->loop, &j->item, 1);
 }
 
 /* Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))]. */
@@ -128,15 +118,7 @@ static void settle(delivery *d, job *j)
 
 static int header_add(job *j, const char *name, const char *value)
 {
-    if (j->nheaders >= sizeof j->headers / sizeof j->headers[0])
-        return -1;
-    size_t n = strlen(name) + strlen(value) + 3;
-    char *h = malloc(n);
-    if (!h)
-        return -1;
-    snprintf(h, n, "%s: %s", name, value);
-    j->headers[j->nheaders++] = h;
-    return 0;
+    return out_headers_add(&j->headers, name, value);
 }
 
 static int job_start(delivery *d, source_rt *src, once_event *ev)
@@ -168,8 +150,8 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
     out_call *c = &j->call;
     c->method = "POST";
     c->url = sc->deliver_to;
-    c->headers = (const char *const *)j->headers;
-    c->nheaders = j->nheaders;
+    c->headers = (const char *const *)j->headers.lines;
+    c->nheaders = j->headers.count;
     c->body = j->ev.body;
     c->body_len = j->ev.body_len;
     c->timeout_ms = sc->timeout_ms;
@@ -217,38 +199,28 @@ static void claim_due(delivery *d)
     }
 }
 
-static void *delivery_main(void *arg)
+/* One round: settles the calls that finished, then (unless quiesced)
+ * claims what is due, and sleeps until the earliest known retry, at most
+ * IDLE_WAIT_MS (another node's events are found by polling). Stopping ends
+ * once no call is in flight. */
+static int64_t delivery_round(void *arg, looper_phase phase, looper_item *posted)
 {
     delivery *d = arg;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        job *done = d->done;
-        d->done = NULL;
-        int quiesced = d->quiesced, stop = d->stop;
-        d->kicked = 0;
-        pthread_mutex_unlock(&d->mu);
-        while (done) {
-            job *j = done;
-            done = j->next;
-            settle(d, j);
-            job_free(j);
-        }
-        if (stop && d->running == 0)
-            break;
-        if (!quiesced)
-            claim_due(d);
-        int64_t now = once_now_ms(), wait_ms = IDLE_WAIT_MS;
-        if (d->wake_at) {
-            wait_ms = d->wake_at <= now ? 0 : d->wake_at - now < IDLE_WAIT_MS ? d->wake_at - now : IDLE_WAIT_MS;
-            if (d->wake_at <= now + IDLE_WAIT_MS)
-                d->wake_at = 0; /* this wait covers it */
-        }
-        pthread_mutex_lock(&d->mu);
-        if (!d->done && !d->kicked && !d->stop && wait_ms > 0) {
-            clock_cond_wait_ms(&d->cv, &d->mu, wait_ms);
-        }
+    for (looper_item *i = posted, *next; i; i = next) {
+        next = i->next;
+        settle(d, (job *)i);
+        job_free((job *)i);
     }
-    return NULL;
+    if (phase != LOOPER_RUNNING)
+        return phase == LOOPER_STOPPING && d->running == 0 ? LOOPER_DONE : LOOPER_IDLE;
+    claim_due(d);
+    int64_t now = once_now_ms(), wait_ms = IDLE_WAIT_MS;
+    if (d->wake_at) {
+        wait_ms = d->wake_at <= now ? 0 : d->wake_at - now < IDLE_WAIT_MS ? d->wake_at - now : IDLE_WAIT_MS;
+        if (d->wake_at <= now + IDLE_WAIT_MS)
+            d->wake_at = 0; /* this wait covers it */
+    }
+    return wait_ms;
 }
 
 int delivery_start(server *srv)
@@ -257,11 +229,7 @@ int delivery_start(server *srv)
     if (!d)
         return -1;
     d->srv = srv;
-    pthread_mutex_init(&d->mu, NULL);
-    clock_cond_init(&d->cv);
-    if (pthread_create(&d->thread, NULL, delivery_main, d) != 0) {
-        pthread_cond_destroy(&d->cv);
-        pthread_mutex_destroy(&d->mu);
+    if (looper_start(&d->loop, delivery_round, d) < 0) {
         free(d);
         return -1;
     }
@@ -271,37 +239,20 @@ int delivery_start(server *srv)
 
 void delivery_kick(server *srv)
 {
-    delivery *d = srv->delivery;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->kicked = 1;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+    if (srv->delivery)
+        looper_kick(&srv->delivery->loop);
 }
 
 void delivery_quiesce(server *srv)
 {
-    delivery *d = srv->delivery;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->quiesced = 1;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+    if (srv->delivery)
+        looper_quiesce(&srv->delivery->loop);
 }
 
 void delivery_stop(server *srv)
 {
-    delivery *d = srv->delivery;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->quiesced = 1;
-    d->stop = 1;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(d->thread, NULL);
+    if (srv->delivery)
+        looper_stop(&srv->delivery->loop);
 }
 
 void delivery_free(server *srv)
@@ -310,7 +261,6 @@ void delivery_free(server *srv)
     if (!d)
         return;
     srv->delivery = NULL;
-    pthread_cond_destroy(&d->cv);
-    pthread_mutex_destroy(&d->mu);
+    looper_close(&d->loop);
     free(d);
 }

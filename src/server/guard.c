@@ -240,9 +240,12 @@ int guard_overdue(struct MHD_Connection *conn)
 
 /* Shuts down the sockets of requests that are overdue; libmicrohttpd then
  * sees the connection end and closes it. */
-static void guard_reap(void *arg)
+static int64_t guard_reap(void *arg, looper_phase phase, looper_item *posted)
 {
     guard *g = arg;
+    (void)posted;
+    if (phase == LOOPER_STOPPING)
+        return LOOPER_DONE;
     pthread_mutex_lock(&g->mu);
     int64_t now = clock_mono_ms();
     for (conn_rec *rec = g->conns; rec; rec = rec->next) {
@@ -252,6 +255,7 @@ static void guard_reap(void *arg)
         }
     }
     pthread_mutex_unlock(&g->mu);
+    return GUARD_TICK_MS;
 }
 
 int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, int64_t idle_ms, guard **out)
@@ -264,7 +268,7 @@ int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, 
     g->request_ms = request_ms;
     g->idle_ms = idle_ms;
     pthread_mutex_init(&g->mu, NULL);
-    if (looper_start(&g->reaper, GUARD_TICK_MS, guard_reap, g) < 0) {
+    if (looper_start(&g->reaper, guard_reap, g) < 0) {
         pthread_mutex_destroy(&g->mu);
         free(g);
         return -1;
@@ -278,6 +282,7 @@ void guard_free(guard *g)
     if (!g)
         return;
     looper_stop(&g->reaper);
+    looper_close(&g->reaper);
     for (size_t i = 0; i < GUARD_BUCKETS; i++) {
         while (g->buckets[i]) {
             client *c = g->buckets[i];

@@ -237,15 +237,11 @@ static void hooks_ingest(req *r)
         req_problem(r, 401, "bad_signature", "Bad signature", NULL, "%s; nothing was stored", why);
         return;
     }
-    ingest *g = calloc(1, sizeof *g);
-    if (!g) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+    ingest *g = req_state_new(r, sizeof *g, ingest_free);
+    if (!g)
         return;
-    }
     g->r = r;
     g->src = src;
-    r->state = g;
-    r->state_free = ingest_free;
     if (event_id_take(g, why, sizeof why) < 0) {
         metrics_webhook(srv->metrics, source, MW_NO_EVENT_ID);
         req_problem(r, 400, "no_event_id", "No event id", NULL, "%s; nothing was stored", why);
@@ -259,12 +255,12 @@ static void hooks_ingest(req *r)
     g->headers = hdrs ? json_dumps(hdrs, JSON_COMPACT) : NULL;
     json_decref(hdrs);
     if (!g->headers) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
     const char *ctype = req_header(r, "Content-Type");
     if (ctype && !(g->content_type = strdup(ctype))) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
     /* An id from a header the signature does not cover (GitHub's delivery
@@ -355,7 +351,7 @@ static void inbox_settle(inbox *ib)
     size_t done = 0, i;
     json_t *v, *failed = json_array();
     if (!failed) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
     json_array_foreach(receipts, i, v)
@@ -411,16 +407,12 @@ static void inbox_handle(req *r)
                     "source '%s' is delivered to %s; its inbox cannot be pulled", source, src->cfg->deliver_to);
         return;
     }
-    inbox *ib = calloc(1, sizeof *ib);
-    if (!ib) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+    inbox *ib = req_state_new(r, sizeof *ib, inbox_free);
+    if (!ib)
         return;
-    }
     ib->r = r;
     ib->src = src;
     snprintf(ib->verb, sizeof ib->verb, "%s", verb);
-    r->state = ib;
-    r->state_free = inbox_free;
     ib->body = r->body.len ? json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES, NULL)
                            : json_object();
     if (!json_is_object(ib->body)) {

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,9 +38,9 @@ struct leases {
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* a renewal came back (leases_free waits for the last) */
     lease_hold *head;
-    size_t held;
+    _Atomic size_t held;  /* written under mu; read without it by /metrics */
     size_t inflight;      /* renewals queued in the store */
-    uint64_t failures;
+    _Atomic uint64_t failures;
     looper renewer;
 };
 
@@ -85,9 +86,12 @@ static void on_renewed(void *ctx, int rc, const char *detail)
 
 /* One round: every hold whose renewal is due gets one, all queued at once
  * so that they share a commit (the store calls run outside the lock). */
-static void leases_round(void *arg)
+static int64_t leases_round(void *arg, looper_phase phase, looper_item *posted)
 {
     leases *l = arg;
+    (void)posted;
+    if (phase == LOOPER_STOPPING)
+        return LOOPER_DONE;
     pthread_mutex_lock(&l->mu);
     int64_t now = clock_mono_ms();
     lease_hold *due[256];
@@ -107,6 +111,7 @@ static void leases_round(void *arg)
         if (rc < 0)
             on_renewed(h, rc, once_errdetail());
     }
+    return LEASES_TICK_MS;
 }
 
 int leases_start(once_store *store, leases **out)
@@ -117,7 +122,7 @@ int leases_start(once_store *store, leases **out)
     l->store = store;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
-    if (looper_start(&l->renewer, LEASES_TICK_MS, leases_round, l) < 0) {
+    if (looper_start(&l->renewer, leases_round, l) < 0) {
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
         free(l);
@@ -132,6 +137,7 @@ void leases_free(leases *l)
     if (!l)
         return;
     looper_stop(&l->renewer);
+    looper_close(&l->renewer);
     /* Renewals still queued write into their holds: wait for them. */
     pthread_mutex_lock(&l->mu);
     while (l->inflight > 0)
@@ -183,16 +189,10 @@ void leases_drop(leases *l, lease_hold *h)
 
 size_t leases_held(leases *l)
 {
-    pthread_mutex_lock(&l->mu);
-    size_t n = l->held;
-    pthread_mutex_unlock(&l->mu);
-    return n;
+    return atomic_load_explicit(&l->held, memory_order_relaxed);
 }
 
 uint64_t leases_failures(leases *l)
 {
-    pthread_mutex_lock(&l->mu);
-    uint64_t n = l->failures;
-    pthread_mutex_unlock(&l->mu);
-    return n;
+    return atomic_load_explicit(&l->failures, memory_order_relaxed);
 }

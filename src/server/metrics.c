@@ -11,7 +11,6 @@
 #include "server/metrics.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,18 +220,9 @@ void metrics_lease(metrics *m, size_t expired, size_t held)
     pthread_mutex_unlock(&m->mu);
 }
 
-static int out(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int out(buf *b, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return -1;
-    return buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, (size_t)1 << 30);
-}
+/* The page is a few KiB per source and upstream; 1 GiB is "never". */
+#define METRICS_PAGE_MAX ((size_t)1 << 30)
+#define out(b, ...) buf_printf((b), METRICS_PAGE_MAX, __VA_ARGS__)
 
 static int render_hist(buf *b, const char *name, const char *labels, const histogram *h, const double *bounds,
                        size_t nb)
@@ -252,6 +242,21 @@ static int render_hist(buf *b, const char *name, const char *labels, const histo
         out(b, "%s_count%s%s%s %llu\n", name, open, labels, close, h->n) < 0)
         return -1;
     return 0;
+}
+
+/* One scope's lines of a family of counters by result (label="scope",
+ * result="name"), none while all are zero: a webhook source has no
+ * lookups, an upstream no deliveries. */
+static int render_results(buf *b, const char *family, const char *label, const scope_stats *s,
+                          const char *const *names, const unsigned long long *counts, size_t n)
+{
+    unsigned long long any = 0;
+    for (size_t i = 0; i < n; i++)
+        any |= counts[i];
+    int rc = 0;
+    for (size_t i = 0; any && i < n; i++)
+        rc |= out(b, "%s{%s=\"%s\",result=\"%s\"} %llu\n", family, label, s->name, names[i], counts[i]);
+    return rc;
 }
 
 int metrics_render(metrics *m, buf *b)
@@ -281,34 +286,22 @@ int metrics_render(metrics *m, buf *b)
                  "# TYPE once_webhooks_total counter\n");
     for (size_t i = 0; i < n; i++) {
         scope_stats *s = i < nreg ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
-        unsigned long long any = 0;
+        unsigned long long counts[MW_COUNT];
         for (int w = 0; w < MW_COUNT; w++)
-            any += value(&s->webhooks[w]);
-        for (int w = 0; any && w < MW_COUNT; w++)
-            rc |= out(b, "once_webhooks_total{source=\"%s\",result=\"%s\"} %llu\n", s->name, webhook_names[w],
-                      value(&s->webhooks[w]));
+            counts[w] = value(&s->webhooks[w]);
+        rc |= render_results(b, "once_webhooks_total", "source", s, webhook_names, counts, MW_COUNT);
     }
     rc |= out(b, "# HELP once_deliveries_total Push deliveries to the agent by source and result.\n"
                  "# TYPE once_deliveries_total counter\n");
     for (size_t i = 0; i < n; i++) {
         scope_stats *s = i < nreg ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
-        unsigned long long any = 0;
-        for (int d = 0; d < MD_COUNT; d++)
-            any += s->deliveries[d];
-        for (int d = 0; any && d < MD_COUNT; d++)
-            rc |= out(b, "once_deliveries_total{source=\"%s\",result=\"%s\"} %llu\n", s->name, delivery_names[d],
-                      s->deliveries[d]);
+        rc |= render_results(b, "once_deliveries_total", "source", s, delivery_names, s->deliveries, MD_COUNT);
     }
     rc |= out(b, "# HELP once_reconcile_total Provider lookups of unknown actions by scope and result.\n"
                  "# TYPE once_reconcile_total counter\n");
     for (size_t i = 0; i < n; i++) {
         scope_stats *s = i < nreg ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
-        unsigned long long any = 0;
-        for (int r = 0; r < MR_COUNT; r++)
-            any += s->reconciles[r];
-        for (int r = 0; any && r < MR_COUNT; r++)
-            rc |= out(b, "once_reconcile_total{scope=\"%s\",result=\"%s\"} %llu\n", s->name, reconcile_names[r],
-                      s->reconciles[r]);
+        rc |= render_results(b, "once_reconcile_total", "scope", s, reconcile_names, s->reconciles, MR_COUNT);
     }
     rc |= out(b, "# HELP once_llm_tokens_saved_total Tokens of LLM answers replayed instead of generated again.\n"
                  "# TYPE once_llm_tokens_saved_total counter\n");

@@ -6,6 +6,7 @@
  */
 #include "json/action_json.h"
 #include "common/clock.h"
+#include "common/sse.h"
 #include "server/outbound.h"
 
 #include <pthread.h>
@@ -31,6 +32,7 @@ struct outbound {
     size_t capqueue;
     int stop;
     size_t in_flight;
+    size_t resumes;          /* outbound_resume calls not yet acted on */
     struct transfer *active; /* running transfers; outbound thread only */
 };
 
@@ -42,6 +44,9 @@ typedef struct transfer {
     struct curl_slist *slist;
     json_t *headers;
     int too_large;
+    int stream_checked; /* the first body byte decided whether it is a stream */
+    int stream_failed;  /* the stream hooks ran out of memory */
+    int paused;         /* the stream hooks said OUT_STREAM_PAUSE */
     int sends;      /* times curl was about to send the request on a connection */
     double t0;
     char errbuf[CURL_ERROR_SIZE]; /* curl's detail of a failure */
@@ -90,10 +95,83 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* The answer's headers as the call keeps them: a JSON array of pairs
+ * ("[]" when they cannot be written). */
+static void headers_keep(transfer *t)
+{
+    out_call *c = t->call;
+    c->resp_headers.len = 0;
+    char *dump = json_dumps(t->headers, JSON_COMPACT);
+    if (!dump || buf_append_str(&c->resp_headers, dump, HEADERS_MAX) < 0) {
+        c->resp_headers.len = 0;
+        buf_append_str(&c->resp_headers, "[]", HEADERS_MAX);
+    }
+    free(dump);
+}
+
+/* Does the answer say Content-Type: text/event-stream? */
+static int answer_is_stream(const transfer *t)
+{
+    size_t i;
+    json_t *pair;
+    json_array_foreach(t->headers, i, pair)
+    {
+        const char *name = json_string_value(json_array_get(pair, 0));
+        if (name && strcasecmp(name, "Content-Type") == 0)
+            return sse_content_type(json_string_value(json_array_get(pair, 1)));
+    }
+    return 0;
+}
+
+/* At the first body byte: a caller with stream hooks may take an event
+ * stream. */
+static void stream_check(transfer *t)
+{
+    out_call *c = t->call;
+    t->stream_checked = 1;
+    if (!c->stream || !answer_is_stream(t))
+        return;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &c->status);
+    headers_keep(t);
+    int taken = c->stream->start(c);
+    if (taken < 0)
+        t->stream_failed = 1;
+    c->streamed = taken > 0;
+}
+
+/* A piece of a taken stream: relayed, and recorded while it fits. */
+static size_t on_stream_body(transfer *t, const char *p, size_t len)
+{
+    out_call *c = t->call;
+    int rc = c->stream->data(c, (const uint8_t *)p, len);
+    if (rc == OUT_STREAM_PAUSE) {
+        t->paused = 1;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (rc != OUT_STREAM_TAKEN) {
+        t->stream_failed = 1;
+        return 0;
+    }
+    c->stream_bytes += len;
+    if (!c->not_recorded && buf_append(&c->resp_body, p, len, c->max_response) < 0) {
+        /* Relayed whole, recorded not at all: a part would replay as a
+         * different answer. */
+        c->not_recorded = 1;
+        buf_free(&c->resp_body);
+    }
+    return len;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     transfer *t = arg;
     size_t len = size * n;
+    if (!t->stream_checked)
+        stream_check(t);
+    if (t->stream_failed)
+        return 0;
+    if (t->call->streamed)
+        return on_stream_body(t, p, len);
     if (buf_append(&t->call->resp_body, p, len, t->call->max_response) < 0) {
         t->too_large = 1;
         return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
@@ -222,19 +300,16 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
     } else if (rc == CURLE_OK && !aborted) {
         c->kind = OUT_ANSWERED;
         curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &c->status);
-        char *dump = json_dumps(t->headers, JSON_COMPACT);
-        if (!dump || buf_append_str(&c->resp_headers, dump, HEADERS_MAX) < 0) {
-            c->resp_headers.len = 0;
-            buf_append_str(&c->resp_headers, "[]", HEADERS_MAX);
-        }
-        free(dump);
+        if (!c->streamed)
+            headers_keep(t);
     } else {
         c->kind = classify_failure(t, rc);
-        const char *why = aborted ? "the gateway stopped during the call"
-                          : t->sends > 1 ? "the upstream closed the connection without answering"
-                                         : curl_easy_strerror(rc);
+        const char *why = aborted            ? "the gateway stopped during the call"
+                          : t->stream_failed ? "the gateway ran out of memory relaying the stream"
+                          : t->sends > 1     ? "the upstream closed the connection without answering"
+                                             : curl_easy_strerror(rc);
         /* curl's own detail names the cause (a certificate problem, say). */
-        int detail = !aborted && t->sends <= 1 && t->errbuf[0];
+        int detail = !aborted && !t->stream_failed && t->sends <= 1 && t->errbuf[0];
         snprintf(c->error, sizeof c->error, "%.80s%s%.160s", why, detail ? ": " : "", detail ? t->errbuf : "");
         buf_free(&c->resp_body);
     }
@@ -280,6 +355,35 @@ static void transfer_start(outbound *ob, out_call *c)
     ob->active = t;
 }
 
+void outbound_resume(outbound *ob, out_call *call)
+{
+    pthread_mutex_lock(&ob->mu);
+    call->resume = 1;
+    ob->resumes++;
+    pthread_mutex_unlock(&ob->mu);
+    curl_multi_wakeup(ob->multi);
+}
+
+/* Unpauses the streams whose callers asked (outbound thread). Unpausing
+ * may deliver the held bytes at once, and pause again. */
+static void transfers_resume(outbound *ob)
+{
+    pthread_mutex_lock(&ob->mu);
+    size_t asked = ob->resumes;
+    ob->resumes = 0;
+    pthread_mutex_unlock(&ob->mu);
+    for (transfer *t = ob->active; asked && t; t = t->next) {
+        pthread_mutex_lock(&ob->mu);
+        int wanted = t->call->resume;
+        t->call->resume = 0;
+        pthread_mutex_unlock(&ob->mu);
+        if (wanted && t->paused) {
+            t->paused = 0;
+            curl_easy_pause(t->easy, CURLPAUSE_CONT);
+        }
+    }
+}
+
 static void *outbound_main(void *arg)
 {
     outbound *ob = arg;
@@ -296,6 +400,7 @@ static void *outbound_main(void *arg)
         pthread_mutex_unlock(&ob->mu);
         for (size_t i = 0; i < n; i++)
             transfer_start(ob, batch[i]);
+        transfers_resume(ob);
         int running = 0;
         curl_multi_perform(ob->multi, &running);
         CURLMsg *msg;
@@ -371,6 +476,8 @@ int outbound_submit(outbound *ob, out_call *call)
     call->kind = 0;
     call->status = 0;
     call->error[0] = '\0';
+    call->streamed = call->not_recorded = call->resume = 0;
+    call->stream_bytes = 0;
     pthread_mutex_lock(&ob->mu);
     if (ob->stop) {
         pthread_mutex_unlock(&ob->mu);
@@ -397,6 +504,30 @@ void out_call_clear(out_call *call)
 {
     buf_free(&call->resp_headers);
     buf_free(&call->resp_body);
+}
+
+int out_headers_add(out_headers *h, const char *name, const char *value)
+{
+    char **lines = realloc(h->lines, (h->count + 1) * sizeof *lines);
+    if (!lines)
+        return -1;
+    h->lines = lines;
+    size_t n = strlen(name) + (value ? strlen(value) + 2 : 0) + 1;
+    char *line = malloc(n);
+    if (!line)
+        return -1;
+    snprintf(line, n, value ? "%s: %s" : "%s", name, value ? value : "");
+    h->lines[h->count++] = line;
+    return 0;
+}
+
+void out_headers_clear(out_headers *h)
+{
+    for (size_t i = 0; i < h->count; i++)
+        free(h->lines[i]);
+    free(h->lines);
+    h->lines = NULL;
+    h->count = 0;
 }
 
 size_t outbound_in_flight(outbound *ob)

@@ -29,6 +29,25 @@ typedef struct out_call out_call;
  * and everything it points to still belong to the caller. */
 typedef void (*out_done_fn)(out_call *call);
 
+/* A caller that relays event streams as they arrive. Both run on the
+ * outbound thread and must be quick. */
+typedef struct out_stream_hooks {
+    /* At the first body byte of an answer whose Content-Type is
+     * text/event-stream: status and resp_headers are set. 1 takes the
+     * stream (the body then goes to data as it arrives), 0 leaves it an
+     * ordinary answer, -1 fails the call (out of memory: it ends
+     * OUT_AMBIGUOUS, the request was sent). */
+    int (*start)(out_call *call);
+    /* Each piece of a taken stream, in order: OUT_STREAM_TAKEN, or
+     * OUT_STREAM_PAUSE to hold the transfer until outbound_resume (the same
+     * bytes come again then), or OUT_STREAM_FAIL (out of memory: the call
+     * ends OUT_AMBIGUOUS). resp_body records the bytes taken, up to
+     * max_response. */
+    int (*data)(out_call *call, const uint8_t *p, size_t n);
+} out_stream_hooks;
+
+enum { OUT_STREAM_TAKEN = 0, OUT_STREAM_PAUSE = 1, OUT_STREAM_FAIL = -1 };
+
 struct out_call {
     /* in: owned by the caller, valid until done runs */
     const char *method;
@@ -42,6 +61,7 @@ struct out_call {
     const char *ca_file;   /* PEM CA bundle trusted for this call instead of the system's, or NULL */
     const char *tls_cert;  /* client certificate and key for mutual TLS, or NULL */
     const char *tls_key;
+    const out_stream_hooks *stream; /* NULL: answers are always buffered whole */
     out_done_fn done;
     void *ctx;
     /* out: filled before done runs; free with out_call_clear */
@@ -51,6 +71,13 @@ struct out_call {
     buf resp_body;
     char error[256];
     double seconds;
+    /* out, for a stream taken by stream->start: an answer longer than
+     * max_response is relayed whole but not recorded (resp_body empty,
+     * not_recorded set); stream_bytes counts what was relayed. */
+    int streamed;
+    int not_recorded;
+    uint64_t stream_bytes;
+    int resume;         /* outbound's: outbound_resume asked (under its lock) */
 };
 
 int outbound_start(outbound **out);
@@ -66,8 +93,24 @@ void outbound_free(outbound *ob);
  * done will not run). */
 int outbound_submit(outbound *ob, out_call *call);
 
+/* Lets a stream paused by OUT_STREAM_PAUSE go on. Any thread, while the
+ * call runs. */
+void outbound_resume(outbound *ob, out_call *call);
+
 /* Frees what the call's out part owns. */
 void out_call_clear(out_call *call);
+
+/* Header lines built for a call ("Name: value"), owned here: the proxy's
+ * forwarded and injected headers, a delivery's Once-* headers. */
+typedef struct out_headers {
+    char **lines;
+    size_t count;
+} out_headers;
+
+/* Appends "name: value" (value NULL: name is the whole line). 0 or -1 (out
+ * of memory; nothing appended). */
+int out_headers_add(out_headers *h, const char *name, const char *value);
+void out_headers_clear(out_headers *h);
 
 /* Number of calls in flight (for metrics and shutdown). */
 size_t outbound_in_flight(outbound *ob);

@@ -16,34 +16,30 @@
 
 #include <openssl/evp.h>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/fault.h"
+#include "common/sse.h"
 #include "common/key_template.h"
 #include "server/leases.h"
 #include "server/log.h"
 #include "common/pct.h"
 #include "server/redact.h"
 #include "server/server.h"
+#include "server/stream.h"
 #include "server/target.h"
+#include "server/upstream_rules.h"
 
-typedef enum px_kind {
-    PX_COMPLETED,     /* the upstream answered; recorded as completed */
-    PX_RELEASED_PASS, /* answered a release_on status */
-    PX_UNKNOWN_PASS,  /* answered an unknown_on status */
-    PX_UNREACHABLE,   /* nothing was sent */
-    PX_AMBIGUOUS,     /* sent; no complete answer */
-    PX_TOO_LARGE,     /* answered beyond max_response */
-    PX_NOT_FORWARDED  /* the gateway could not start the call */
-} px_kind;
 
 typedef struct proxy {
-    req *r;
+    req *r;              /* not to be read once a stream answered it (px->stream) */
+    server *srv;
+    int holders;         /* the request, and a streamed call until it is recorded */
     const upstream_cfg *up;
     char key[ONCE_KEY_MAX + 1];
     char fp[65];
     char *url;
-    char **headers;      /* "Name: value" lines to forward: the client's first */
-    size_t nheaders;
+    out_headers headers; /* to forward: the client's first */
     size_t nclient;      /* how many of headers are the client's */
     char *meta;          /* the stored request, built only when a row is written */
     once_reserve_req rreq;
@@ -51,30 +47,38 @@ typedef struct proxy {
     lease_hold *hold;    /* this attempt's lease, renewed while the call runs */
     out_call call;
     once_response rec;
-    px_kind kind;
+    upstream_outcome kind;
     int64_t wait_deadline;
     const char *target;  /* path and query after the upstream's prefix */
     char *method;        /* a copy: MHD's string may go when the client does */
     char field[3][1024]; /* decoded query / path values lent to a key template */
     int nfield;
+    /* a streamed answer (text/event-stream), relayed while it arrives */
+    stream *stream;
+    sse_watch watch;     /* did the stream end with its final event? */
+    int watch_failed;
+    buf body;            /* the request body, taken from the request when it answered early */
 } proxy;
 
 /* The call is over (or never started): its lease needs no more renewing. */
 static void proxy_lease_done(proxy *px)
 {
-    leases_drop(px->r->srv->leases, px->hold);
+    leases_drop(px->srv->leases, px->hold);
     px->hold = NULL;
 }
 
+/* Lets go of one hold (the request's, as its state, or a streamed call's);
+ * the last frees. */
 static void proxy_free(void *arg)
 {
     proxy *px = arg;
-    if (!px)
+    if (!px || __atomic_sub_fetch(&px->holders, 1, __ATOMIC_ACQ_REL) > 0)
         return;
+    ONCE_ASSERT(!px->stream);
+    sse_watch_free(&px->watch);
+    buf_free(&px->body);
     proxy_lease_done(px);
-    for (size_t i = 0; i < px->nheaders; i++)
-        free(px->headers[i]);
-    free(px->headers);
+    out_headers_clear(&px->headers);
     free(px->url);
     free(px->method);
     free(px->meta);
@@ -88,66 +92,11 @@ static int method_is_safe(const char *m)
     return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 || strcmp(m, "OPTIONS") == 0;
 }
 
-static int in_list(const int *list, size_t n, long status)
-{
-    for (size_t i = 0; i < n; i++)
-        if (list[i] == status)
-            return 1;
-    return 0;
-}
-
 /* ---- building requests and responses ----------------------------------- */
 
 static int header_dropped(const proxy *px, const char *name)
 {
-    /* Hop-by-hop headers, once's own, and the forwarding headers a client
-     * could forge: once sets none, so none may look as if it had. */
-    static const char *const drop[] = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                                       "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
-                                       "idempotency-key", "prefer", "expect", "forwarded", "x-forwarded-for",
-                                       "x-forwarded-host", "x-forwarded-proto", "x-real-ip"};
-    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
-        if (strcasecmp(name, drop[i]) == 0)
-            return 1;
-    /* Headers the client named in Connection are hop-by-hop too (RFC 9110
-     * 7.6.1). */
-    const char *conn = req_header(px->r, "Connection");
-    size_t nlen = strlen(name);
-    for (const char *p = conn; p && *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        size_t len = strcspn(p, ", \t");
-        if (len == nlen && strncasecmp(p, name, nlen) == 0)
-            return 1;
-        p += len;
-    }
-    /* once's own bearer token is for once, never for the provider. */
-    if (px->r->srv->cfg->ntokens && strcasecmp(name, "authorization") == 0)
-        return 1;
-    if (px->up->forward_key_as && strcasecmp(name, px->up->forward_key_as) == 0)
-        return 1;
-    for (size_t i = 0; i < px->up->nheaders; i++) {
-        const char *h = px->up->headers[i];
-        const char *colon = strchr(h, ':');
-        if (colon && (size_t)(colon - h) == strlen(name) && strncasecmp(h, name, strlen(name)) == 0)
-            return 1; /* an injected header replaces the client's */
-    }
-    return 0;
-}
-
-static int headers_add(proxy *px, const char *name, const char *value)
-{
-    char **h = realloc(px->headers, (px->nheaders + 1) * sizeof *h);
-    if (!h)
-        return -1;
-    px->headers = h;
-    size_t n = strlen(name) + strlen(value) + 3;
-    char *line = malloc(n);
-    if (!line)
-        return -1;
-    snprintf(line, n, "%s: %s", name, value);
-    px->headers[px->nheaders++] = line;
-    return 0;
+    return upstream_header_dropped(px->up, px->r->srv->cfg->ntokens > 0, req_header(px->r, "Connection"), name);
 }
 
 typedef struct collect {
@@ -164,7 +113,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     collect *c = cls;
     if (!name || header_dropped(c->px, name))
         return MHD_YES;
-    if (headers_add(c->px, name, value ? value : "") < 0) {
+    if (out_headers_add(&c->px->headers, name, value ? value : "") < 0) {
         c->failed = 1;
         return MHD_NO;
     }
@@ -178,7 +127,7 @@ static json_t *meta_headers(const proxy *px)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < px->nclient; i++) {
-        const char *line = px->headers[i];
+        const char *line = px->headers.lines[i];
         const char *colon = strchr(line, ':'); /* a header name has no ':' */
         if (!colon)
             continue;
@@ -236,13 +185,12 @@ static int meta_build(void *arg, const uint8_t **data, size_t *len)
     return ONCE_OK;
 }
 
-/* A response from a status, a JSON array of [name, value] headers and a
- * body: what the upstream said, live or replayed. */
-static struct MHD_Response *resp_from(const char *headers_json, const uint8_t *body, size_t len)
+/* Adds the upstream's end-to-end headers (a JSON array of [name, value]
+ * pairs) to resp; the framing is the gateway's own. */
+static void resp_add_headers(struct MHD_Response *resp, const char *headers_json)
 {
-    struct MHD_Response *resp = resp_bytes(body, len, NULL);
-    if (!resp || !headers_json)
-        return resp;
+    if (!headers_json)
+        return;
     json_t *arr = json_loads(headers_json, 0, NULL);
     size_t i;
     json_t *pair;
@@ -255,7 +203,39 @@ static struct MHD_Response *resp_from(const char *headers_json, const uint8_t *b
             MHD_add_response_header(resp, n, v);
     }
     json_decref(arr);
+}
+
+/* A response from a JSON array of [name, value] headers and a body: what
+ * the upstream said, live or replayed. */
+static struct MHD_Response *resp_from(const char *headers_json, const uint8_t *body, size_t len)
+{
+    struct MHD_Response *resp = resp_bytes(body, len, NULL);
+    if (resp)
+        resp_add_headers(resp, headers_json);
     return resp;
+}
+
+/* The tokens an LLM answer reports (usage.total_tokens of a JSON answer,
+ * or what an event stream's usage events add up to), or -1. */
+static int64_t answer_tokens(const once_response *a)
+{
+    if (!a->body)
+        return -1;
+    if (memmem(a->body, a->body_len, "data:", 5) && memmem(a->body, a->body_len, "usage", 5)) {
+        sse_watch w;
+        sse_watch_init(&w);
+        int64_t tokens = sse_watch_feed(&w, a->body, a->body_len) == 0 ? sse_watch_tokens(&w) : -1;
+        sse_watch_free(&w);
+        if (tokens >= 0)
+            return tokens;
+    }
+    if (!memmem(a->body, a->body_len, "total_tokens", 12))
+        return -1;
+    json_t *doc = json_loadb((const char *)a->body, a->body_len, 0, NULL);
+    json_t *t = json_object_get(json_object_get(doc, "usage"), "total_tokens");
+    int64_t tokens = json_is_integer(t) ? (int64_t)json_integer_value(t) : -1;
+    json_decref(doc);
+    return tokens;
 }
 
 /* ---- answers ----------------------------------------------------------- */
@@ -298,16 +278,21 @@ static void reply_replay(proxy *px)
             return;
         }
     }
+    if (a->has_response && a->response.body_not_stored > 0) {
+        r->outcome = "not_stored";
+        metrics_action(r->srv->metrics, up->name, MO_REPLAYED);
+        req_problem(r, 409, "response_not_stored", "Response not stored",
+                    json_pack("{s:s, s:I}", "state", "completed", "bytes", (json_int_t)a->response.body_not_stored),
+                    "this action completed, and its answer (%lld bytes) was delivered then, but it was longer "
+                    "than max_response and was not stored; it is not run again",
+                    (long long)a->response.body_not_stored);
+        return;
+    }
     metrics_action(r->srv->metrics, up->name, MO_REPLAYED);
     /* A replayed LLM answer is a generation not paid for twice. */
-    if (a->has_response && a->response.body &&
-        memmem(a->response.body, a->response.body_len, "total_tokens", 12)) {
-        json_t *doc = json_loadb((const char *)a->response.body, a->response.body_len, 0, NULL);
-        json_t *t = json_object_get(json_object_get(doc, "usage"), "total_tokens");
-        if (json_is_integer(t))
-            metrics_tokens_saved(r->srv->metrics, up->name, (long long)json_integer_value(t));
-        json_decref(doc);
-    }
+    int64_t tokens = a->has_response ? answer_tokens(&a->response) : -1;
+    if (tokens > 0)
+        metrics_tokens_saved(r->srv->metrics, up->name, (long long)tokens);
     struct MHD_Response *resp;
     unsigned status;
     if (a->has_response) {
@@ -353,6 +338,110 @@ static void answer_existing(proxy *px)
     }
 }
 
+/* ---- streamed answers (docs/api.md, "Streamed answers") ------------------- */
+
+/* On a caller's connection thread: a full stream has room again. */
+static void stream_room(void *ctx)
+{
+    proxy *px = ctx;
+    outbound_resume(px->srv->ob, &px->call);
+}
+
+/* On the outbound thread, at the first byte of an event stream. Only an
+ * answer that will be recorded as completed is relayed live (a release_on
+ * or unknown_on status is answered as it is today); the request is
+ * answered now, and from here on the call, not the request, holds px. */
+static int stream_start(out_call *c)
+{
+    proxy *px = c->ctx;
+    char why[128];
+    if (px->key[0] && upstream_classify(px->up, OUT_ANSWERED, c->status, why, sizeof why) != UPSTREAM_COMPLETED)
+        return 0;
+    req *r = px->r;
+    struct MHD_Response *resp;
+    if (!(px->stream = stream_open(px->srv, r->conn, stream_room, px, &resp)))
+        return -1;
+    resp_add_headers(resp, (const char *)c->resp_headers.data);
+    sse_watch_init(&px->watch);
+    __atomic_add_fetch(&px->holders, 1, __ATOMIC_ACQ_REL);
+    /* curl may still hold the request body: it goes with px, not r. */
+    px->body = r->body;
+    memset(&r->body, 0, sizeof r->body);
+    if (px->key[0])
+        r->outcome = "streaming";
+    req_reply(r, (unsigned)c->status, resp); /* r may be gone from here on */
+    return 1;
+}
+
+static int stream_data(out_call *c, const uint8_t *p, size_t n)
+{
+    proxy *px = c->ctx;
+    switch (stream_push(px->stream, p, n)) {
+    case STREAM_FULL: return OUT_STREAM_PAUSE;
+    case STREAM_ERROR: return OUT_STREAM_FAIL;
+    case STREAM_TAKEN: break;
+    }
+    /* Without the watcher the end cannot be judged: judged cut. */
+    if (!px->watch_failed && sse_watch_feed(&px->watch, p, n) < 0)
+        px->watch_failed = 1;
+    return OUT_STREAM_TAKEN;
+}
+
+static const out_stream_hooks stream_hooks = {.start = stream_start, .data = stream_data};
+
+/* Ends the relay (clean: the last chunk, with outcome as a trailer; else
+ * cut) and lets go of the call's hold. */
+static void stream_finish(proxy *px, int clean, const char *outcome)
+{
+    stream_end(px->stream, clean, outcome);
+    px->stream = NULL;
+    proxy_free(px);
+}
+
+/* The class of a streamed call: answered is completed only when the
+ * stream ended as its shape ends (OpenAI's [DONE], Anthropic's
+ * message_stop, …); a stream cut before that may have been billed. */
+static upstream_outcome stream_classify(proxy *px)
+{
+    out_call *c = &px->call;
+    upstream_outcome o = upstream_classify(px->up, c->kind, c->status, c->error, sizeof c->error);
+    if (o == UPSTREAM_COMPLETED && (px->watch_failed || !sse_watch_complete(&px->watch))) {
+        snprintf(c->error, sizeof c->error, "the %s stream ended after %llu bytes without its final event",
+                 sse_shape_name(px->watch.shape), (unsigned long long)c->stream_bytes);
+        o = UPSTREAM_AMBIGUOUS;
+    } else if (o == UPSTREAM_AMBIGUOUS) {
+        size_t n = strlen(c->error);
+        snprintf(c->error + n, sizeof c->error - n, " (the stream was cut after %llu bytes)",
+                 (unsigned long long)c->stream_bytes);
+    }
+    return o;
+}
+
+/* The stream's outcome is recorded (or could not be): the caller gets the
+ * end only now, so that a caller who saw a clean end finds it recorded. */
+static void stream_recorded(proxy *px, int rc, const char *detail)
+{
+    metrics *m = px->srv->metrics;
+    if (rc < 0) {
+        /* The row stays pending, expires and is held: never pretend. */
+        metrics_action(m, px->up->name, MO_UNKNOWN);
+        log_event("error", "scope %s: the outcome of a streamed call could not be recorded: %s", px->up->name,
+                  detail);
+        stream_finish(px, 0, NULL);
+        return;
+    }
+    if (px->kind == UPSTREAM_COMPLETED) {
+        stream_finish(px, 1, "completed");
+        return;
+    }
+    metrics_action(m, px->up->name, MO_UNKNOWN);
+    log_event("warn", "scope %s: a streamed call ended as unknown: %s", px->up->name, px->call.error);
+    /* The caller's stream ends as the upstream's did: cut when it was cut;
+     * when only its final event was missing, cleanly, the trailer saying
+     * unknown. */
+    stream_finish(px, px->call.kind == OUT_ANSWERED, "unknown");
+}
+
 /* ---- recording the outcome ---------------------------------------------- */
 
 static void on_recorded(void *ctx, int rc, const char *detail)
@@ -360,12 +449,16 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     proxy *px = ctx;
     if (rc == ONCE_OK)
         FAULT_POINT("after_record");
+    if (px->stream) {
+        stream_recorded(px, rc, detail);
+        return;
+    }
     req *r = px->r;
     metrics *m = r->srv->metrics;
     const char *name = px->up->name;
     out_call *c = &px->call;
     if (rc < 0) {
-        if (px->kind == PX_UNREACHABLE || px->kind == PX_NOT_FORWARDED) {
+        if (px->kind == UPSTREAM_UNREACHABLE || px->kind == UPSTREAM_NOT_FORWARDED) {
             req_problem(r, 503, "store_unavailable", "Store unavailable", NULL,
                         "nothing was sent upstream, but the release could not be recorded: %s", detail);
             return;
@@ -380,32 +473,32 @@ static void on_recorded(void *ctx, int rc, const char *detail)
         return;
     }
     switch (px->kind) {
-    case PX_COMPLETED:
-    case PX_RELEASED_PASS:
-    case PX_UNKNOWN_PASS:
-        r->outcome = px->kind == PX_COMPLETED ? "completed" : px->kind == PX_RELEASED_PASS ? "released" : "unknown";
-        if (px->kind != PX_COMPLETED)
-            metrics_action(m, name, px->kind == PX_RELEASED_PASS ? MO_RELEASED : MO_UNKNOWN);
+    case UPSTREAM_COMPLETED:
+    case UPSTREAM_RELEASED_PASS:
+    case UPSTREAM_UNKNOWN_PASS:
+        r->outcome = once_state_name(upstream_outcome_state(px->kind));
+        if (px->kind != UPSTREAM_COMPLETED)
+            metrics_action(m, name, px->kind == UPSTREAM_RELEASED_PASS ? MO_RELEASED : MO_UNKNOWN);
         req_reply(r, (unsigned)c->status, resp_from((const char *)c->resp_headers.data, c->resp_body.data,
                                                     c->resp_body.len));
         break;
-    case PX_UNREACHABLE:
+    case UPSTREAM_UNREACHABLE:
         r->outcome = "released";
         metrics_action(m, name, MO_RELEASED);
         req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL,
                     "nothing was sent to the upstream (%s); the key is released", c->error);
         break;
-    case PX_NOT_FORWARDED:
+    case UPSTREAM_NOT_FORWARDED:
         req_not_started(r, px->call.error);
         break;
-    case PX_AMBIGUOUS:
+    case UPSTREAM_AMBIGUOUS:
         r->outcome = "unknown";
         metrics_action(m, name, MO_UNKNOWN);
         req_problem(r, 504, "outcome_unknown", "Outcome unknown", json_pack("{s:s}", "state", "unknown"),
                     "the request reached the upstream but no answer came back (%s); it will not be resent",
                     c->error);
         break;
-    case PX_TOO_LARGE:
+    case UPSTREAM_TOO_LARGE:
         r->outcome = "unknown";
         metrics_action(m, name, MO_UNKNOWN);
         req_problem(r, 502, "response_too_large", "Response too large", json_pack("{s:s}", "state", "unknown"),
@@ -414,24 +507,23 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     }
 }
 
-static void record(proxy *px, px_kind kind, char *why)
+static void record(proxy *px, upstream_outcome kind, char *why)
 {
     px->kind = kind;
-    once_store *st = px->r->srv->store;
+    once_store *st = px->srv->store;
     const char *scope = px->up->name;
     int rc;
-    switch (kind) {
-    case PX_COMPLETED:
+    switch (upstream_outcome_state(kind)) {
+    case ONCE_STATE_COMPLETED:
         px->rec.status = (int)px->call.status;
         px->rec.headers = (char *)px->call.resp_headers.data;
         px->rec.headers_len = px->call.resp_headers.len;
         px->rec.body = px->call.resp_body.data;
         px->rec.body_len = px->call.resp_body.len;
+        px->rec.body_not_stored = px->call.not_recorded ? (int64_t)px->call.stream_bytes : 0;
         rc = once_complete_async(st, scope, px->key, px->res.token, &px->rec, NULL, on_recorded, px);
         break;
-    case PX_RELEASED_PASS:
-    case PX_UNREACHABLE:
-    case PX_NOT_FORWARDED:
+    case ONCE_STATE_RELEASED:
         rc = once_release_async(st, scope, px->key, px->res.token, why, on_recorded, px);
         break;
     default: rc = once_mark_unknown_async(st, scope, px->key, px->res.token, why, on_recorded, px); break;
@@ -443,28 +535,15 @@ static void record(proxy *px, px_kind kind, char *why)
 static void on_upstream_done(out_call *c)
 {
     proxy *px = c->ctx;
-    req *r = px->r;
     FAULT_POINT("after_upstream");
     proxy_lease_done(px);
-    r->upstream_ms = c->seconds * 1e3;
-    metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
+    if (!px->stream)
+        px->r->upstream_ms = c->seconds * 1e3;
+    metrics_upstream(px->srv->metrics, px->up->name, c->seconds);
     /* why must outlive the asynchronous record: it lives in the call. */
-    switch (c->kind) {
-    case OUT_ANSWERED:
-        if (in_list(px->up->release_on, px->up->nrelease_on, c->status)) {
-            snprintf(c->error, sizeof c->error, "the upstream answered %ld (release_on)", c->status);
-            record(px, PX_RELEASED_PASS, c->error);
-        } else if (in_list(px->up->unknown_on, px->up->nunknown_on, c->status)) {
-            snprintf(c->error, sizeof c->error, "the upstream answered %ld (unknown_on)", c->status);
-            record(px, PX_UNKNOWN_PASS, c->error);
-        } else {
-            record(px, PX_COMPLETED, NULL);
-        }
-        break;
-    case OUT_NOT_SENT: record(px, PX_UNREACHABLE, c->error); break;
-    case OUT_TOO_LARGE: record(px, PX_TOO_LARGE, c->error); break;
-    default: record(px, PX_AMBIGUOUS, c->error); break;
-    }
+    upstream_outcome o = px->stream ? stream_classify(px)
+                                    : upstream_classify(px->up, c->kind, c->status, c->error, sizeof c->error);
+    record(px, o, o == UPSTREAM_COMPLETED ? NULL : c->error);
 }
 
 static void forward(proxy *px, out_done_fn done)
@@ -473,8 +552,8 @@ static void forward(proxy *px, out_done_fn done)
     out_call *c = &px->call;
     c->method = px->method;
     c->url = px->url;
-    c->headers = (const char *const *)px->headers;
-    c->nheaders = px->nheaders;
+    c->headers = (const char *const *)px->headers.lines;
+    c->nheaders = px->headers.count;
     c->body = r->body.data;
     c->body_len = r->body.len;
     c->timeout_ms = px->up->timeout_ms;
@@ -482,6 +561,7 @@ static void forward(proxy *px, out_done_fn done)
     c->ca_file = px->up->ca_file;
     c->tls_cert = px->up->tls_cert;
     c->tls_key = px->up->tls_key;
+    c->stream = &stream_hooks;
     c->done = done;
     c->ctx = px;
     int rc = outbound_submit(r->srv->ob, c);
@@ -491,7 +571,7 @@ static void forward(proxy *px, out_done_fn done)
         snprintf(c->error, sizeof c->error, "%s",
                  rc == ONCE_ECLOSED ? "the gateway is stopping" : "out of memory");
         if (done == on_upstream_done)
-            record(px, PX_NOT_FORWARDED, c->error);
+            record(px, UPSTREAM_NOT_FORWARDED, c->error);
         else
             req_not_started(r, c->error);
     }
@@ -566,9 +646,14 @@ static int64_t prefer_wait(const char *prefer)
 static void on_pass_done(out_call *c)
 {
     proxy *px = c->ctx;
+    metrics_upstream(px->srv->metrics, px->up->name, c->seconds);
+    if (px->stream) {
+        /* Nothing to record: the end of the transfer is the stream's end. */
+        stream_finish(px, c->kind == OUT_ANSWERED, NULL);
+        return;
+    }
     req *r = px->r;
     r->upstream_ms = c->seconds * 1e3;
-    metrics_upstream(r->srv->metrics, px->up->name, c->seconds);
     switch (c->kind) {
     case OUT_ANSWERED:
         req_reply(r, (unsigned)c->status,
@@ -672,17 +757,15 @@ static void proxy_handle(req *r)
 {
     const upstream_cfg *up = r->up;
     const char *target = r->target;
-    proxy *px = calloc(1, sizeof *px);
-    if (!px) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+    proxy *px = req_state_new(r, sizeof *px, proxy_free);
+    if (!px)
         return;
-    }
     px->r = r;
+    px->srv = r->srv;
+    px->holders = 1;
     px->up = up;
-    r->state = px;
-    r->state_free = proxy_free;
     if (!(px->method = strdup(r->method))) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
     snprintf(r->scope, sizeof r->scope, "%s", up->name);
@@ -716,23 +799,14 @@ static void proxy_handle(req *r)
     }
     collect col = {.px = px};
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &col);
-    px->nclient = px->nheaders;
+    px->nclient = px->headers.count;
     int failed = col.failed;
-    for (size_t i = 0; !failed && i < up->nheaders; i++) {
-        char **h = realloc(px->headers, (px->nheaders + 1) * sizeof *h);
-        if (!h || !(h[px->nheaders] = strdup(up->headers[i]))) {
-            if (h)
-                px->headers = h;
-            failed = 1;
-            break;
-        }
-        px->headers = h;
-        px->nheaders++;
-    }
+    for (size_t i = 0; !failed && i < up->nheaders; i++)
+        failed = out_headers_add(&px->headers, up->headers[i], NULL) < 0;
     if (!failed && key && up->forward_key_as)
-        failed = headers_add(px, up->forward_key_as, key) < 0;
+        failed = out_headers_add(&px->headers, up->forward_key_as, key) < 0;
     if (failed) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+        req_out_of_memory(r);
         return;
     }
 

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/json_pointer.h"
+#include "common/looper.h"
 #include "server/log.h"
 #include "common/pct.h"
 #include "server/reconciler.h"
@@ -31,7 +32,7 @@
 #define URL_MAX 8192
 
 typedef struct lookup {
-    struct lookup *next;
+    looper_item item; /* first: posted back by the outbound thread */
     struct reconciler *rc;
     const upstream_cfg *up;
     once_action action;
@@ -39,15 +40,11 @@ typedef struct lookup {
     out_call call;
 } lookup;
 
+/* running belongs to the loop thread. */
 struct reconciler {
     server *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    lookup *done;
-    int quiesced;
-    int stop;
-    size_t running;
-    pthread_t thread;
+    looper loop;
+    size_t running; /* lookups handed to the outbound client */
 };
 
 static void lookup_free(lookup *l)
@@ -228,15 +225,11 @@ static void lookup_settle(reconciler *r, lookup *l)
         log_event("info", "scope %s: %s", up->name, step);
 }
 
+/* Runs on the outbound thread: the answer goes to the reconciler thread. */
 static void on_lookup_done(out_call *c)
 {
     lookup *l = c->ctx;
-    reconciler *r = l->rc;
-    pthread_mutex_lock(&r->mu);
-    l->next = r->done;
-    r->done = l;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    looper_post(&l->rc->loop, &l->item, 1);
 }
 
 static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
@@ -317,33 +310,25 @@ static void claim_due(reconciler *r)
     }
 }
 
-static void *reconciler_main(void *arg)
+/* One round: records the lookups that finished, then (unless quiesced)
+ * claims the unknown actions whose lookup is due. Stopping records only
+ * lookups that were answered (an aborted one is asked again by the next
+ * gateway) and ends once none is in flight. */
+static int64_t reconciler_round(void *arg, looper_phase phase, looper_item *posted)
 {
     reconciler *r = arg;
-    pthread_mutex_lock(&r->mu);
-    for (;;) {
-        lookup *done = r->done;
-        r->done = NULL;
-        int quiesced = r->quiesced, stop = r->stop;
-        pthread_mutex_unlock(&r->mu);
-        while (done) {
-            lookup *l = done;
-            done = l->next;
-            if (!stop || l->call.kind == OUT_ANSWERED)
-                lookup_settle(r, l);
-            r->running--;
-            lookup_free(l);
-        }
-        if (stop && r->running == 0)
-            break;
-        if (!quiesced)
-            claim_due(r);
-        pthread_mutex_lock(&r->mu);
-        if (!r->done && !r->stop) {
-            clock_cond_wait_ms(&r->cv, &r->mu, IDLE_WAIT_MS);
-        }
+    for (looper_item *i = posted, *next; i; i = next) {
+        next = i->next;
+        lookup *l = (lookup *)i;
+        if (phase != LOOPER_STOPPING || l->call.kind == OUT_ANSWERED)
+            lookup_settle(r, l);
+        r->running--;
+        lookup_free(l);
     }
-    return NULL;
+    if (phase != LOOPER_RUNNING)
+        return phase == LOOPER_STOPPING && r->running == 0 ? LOOPER_DONE : LOOPER_IDLE;
+    claim_due(r);
+    return IDLE_WAIT_MS;
 }
 
 int reconciler_start(server *srv, reconciler **out)
@@ -358,11 +343,7 @@ int reconciler_start(server *srv, reconciler **out)
     if (!r)
         return -1;
     r->srv = srv;
-    pthread_mutex_init(&r->mu, NULL);
-    clock_cond_init(&r->cv);
-    if (pthread_create(&r->thread, NULL, reconciler_main, r) != 0) {
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
+    if (looper_start(&r->loop, reconciler_round, r) < 0) {
         free(r);
         return -1;
     }
@@ -372,25 +353,15 @@ int reconciler_start(server *srv, reconciler **out)
 
 void reconciler_quiesce(reconciler *r)
 {
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    r->quiesced = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    if (r)
+        looper_quiesce(&r->loop);
 }
 
 void reconciler_stop(reconciler *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->quiesced = 1;
-    r->stop = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    pthread_cond_destroy(&r->cv);
-    pthread_mutex_destroy(&r->mu);
+    looper_stop(&r->loop);
+    looper_close(&r->loop);
     free(r);
 }

@@ -60,15 +60,6 @@ static void req_free(req *r)
     free(r);
 }
 
-/* One connection fewer is parked: the drain at shutdown counts them. */
-static void server_unparked(server *srv)
-{
-    pthread_mutex_lock(&srv->mu);
-    srv->parked--;
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
-}
-
 void req_release(req *r)
 {
     pthread_mutex_lock(&r->mu);
@@ -79,7 +70,7 @@ void req_release(req *r)
         r->orphaned = 1;
         if (r->parked) {
             r->parked = 0;
-            server_unparked(r->srv);
+            server_unpark(r->srv);
         }
         pthread_mutex_unlock(&r->mu);
         return;
@@ -95,9 +86,7 @@ int req_park(req *r)
     if (!ready) {
         MHD_suspend_connection(r->conn);
         r->parked = 1;
-        pthread_mutex_lock(&r->srv->mu);
-        r->srv->parked++;
-        pthread_mutex_unlock(&r->srv->mu);
+        server_park(r->srv);
     }
     pthread_mutex_unlock(&r->mu);
     return ready;
@@ -143,7 +132,7 @@ void req_reply(req *r, unsigned status, struct MHD_Response *resp)
     if (r->parked) {
         r->parked = 0;
         MHD_resume_connection(r->conn);
-        server_unparked(r->srv);
+        server_unpark(r->srv);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -199,6 +188,24 @@ void req_not_started(req *r, const char *why)
         req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping; nothing was done");
     else
         req_problem(r, 500, "internal", "Internal error", NULL, "%s; nothing was done", why);
+}
+
+void req_out_of_memory(req *r)
+{
+    req_problem(r, 500, "internal", "Internal error", NULL, "out of memory");
+}
+
+void *req_state_new(req *r, size_t size, req_state_free free_fn)
+{
+    ONCE_ASSERT(!r->state);
+    void *state = calloc(1, size);
+    if (!state) {
+        req_out_of_memory(r);
+        return NULL;
+    }
+    r->state = state;
+    r->state_free = free_fn;
+    return state;
 }
 
 void req_set_header(req *r, const char *name, const char *value)

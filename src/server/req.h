@@ -120,6 +120,13 @@ void req_problem_from(req *r, const problem *p);
  * internal with why. Any thread. */
 void req_not_started(req *r, const char *why);
 
+/* Answers 500 internal "out of memory". Any thread. */
+void req_out_of_memory(req *r);
+
+/* The route's state for r: size zeroed bytes, freed with free_fn(state)
+ * when r is released. NULL (after answering 500) when out of memory. */
+void *req_state_new(req *r, size_t size, req_state_free free_fn);
+
 /* Answers with a JSON body (consumed). Any thread. */
 void req_json(req *r, unsigned status, json_t *body);
 

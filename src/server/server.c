@@ -20,6 +20,7 @@
 
 #include <curl/curl.h>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/looper.h"
 #include "server/guard.h"
@@ -46,10 +47,13 @@ typedef struct loop {
  * them), and old outcomes are swept after their retention. Each step is one
  * statement under the store's own locking, so N gateways on one store may
  * run it at once. */
-static void loop_round(void *arg)
+static int64_t loop_round(void *arg, looper_phase phase, looper_item *posted)
 {
     loop *l = arg;
     server *srv = l->srv;
+    (void)posted;
+    if (phase == LOOPER_STOPPING)
+        return LOOPER_DONE;
     size_t expired = 0, held = 0, swept = 0;
     int rc = once_expire_leases(srv->store, once_now_ms(), &expired);
     /* Unknown actions of upstreams with a lookup wait for it (the
@@ -71,6 +75,23 @@ static void loop_round(void *arg)
         metrics_lease(srv->metrics, expired, held);
     if (expired || held || swept)
         log_event("info", "leases expired: %zu, actions held: %zu, rows swept: %zu", expired, held, swept);
+    return srv->cfg->loop_interval_ms;
+}
+
+void server_park(server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->parked++;
+    pthread_mutex_unlock(&srv->mu);
+}
+
+void server_unpark(server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    ONCE_ASSERT(srv->parked > 0);
+    srv->parked--;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
 }
 
 /* Waits until no connection is parked or deadline_ms (monotonic) passes. */
@@ -239,7 +260,7 @@ int server_run(once_config *cfg)
     for (size_t i = 0; lp.lookup_scopes && i < cfg->nupstreams; i++)
         if (cfg->upstreams[i].lookup_method)
             lp.lookup_scopes[lp.nlookup_scopes++] = cfg->upstreams[i].name;
-    if (!lp.lookup_scopes || looper_start(&lp.thread, cfg->loop_interval_ms, loop_round, &lp) < 0) {
+    if (!lp.lookup_scopes || looper_start(&lp.thread, loop_round, &lp) < 0) {
         log_event("error", "cannot start the background loop");
         goto out;
     }
@@ -280,6 +301,7 @@ out:
     worker_free(srv.worker);
     delivery_free(&srv);
     looper_stop(&lp.thread);
+    looper_close(&lp.thread);
     hooks_stop(&srv);
     once_store_close(srv.store);
     metrics_free(srv.metrics);

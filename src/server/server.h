@@ -44,9 +44,15 @@ typedef struct server {
     size_t ndaemons;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t parked;  /* connections suspended, waiting for req_reply */
+    size_t parked;  /* connections that must be resumed before the daemons stop:
+                       waiting for req_reply, or streaming (server_park) */
     int stopping;
 } server;
+
+/* Counts a connection that may be suspended and must be resumed before the
+ * daemons stop; the drain at shutdown waits for the count to reach 0. */
+void server_park(server *srv);
+void server_unpark(server *srv);
 
 /* Runs the gateway with cfg until SIGTERM or SIGINT, then drains and
  * returns the process exit status (0 after a clean stop). */

@@ -10,13 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/clock.h"
+#include "common/looper.h"
 #include "server/server.h"
 
 #define POLL_MS 25
 
 typedef struct waiter {
-    struct waiter *next;
+    looper_item item; /* first: posted to the loop */
     char scope[ONCE_SCOPE_MAX + 1];
     char key[ONCE_KEY_MAX + 1];
     void *state;
@@ -25,14 +27,28 @@ typedef struct waiter {
     waiter_fn on_timeout;
 } waiter;
 
+/* Only the loop thread touches kept and all; adds arrive as posts. */
 struct waiters {
     server *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    waiter *head;
-    int stop;
-    pthread_t thread;
+    looper loop;
+    looper_item *kept; /* waiters still waiting after the last round */
+    size_t nkept;
+    waiter **all;  /* the round's sorted view */
+    size_t cap;
 };
+
+static waiter *waiter_next(const waiter *it)
+{
+    return (waiter *)it->item.next;
+}
+
+/* Keeps it for the next round. */
+static void waiter_keep(waiters *w, waiter *it)
+{
+    it->item.next = w->kept;
+    w->kept = &it->item;
+    w->nkept++;
+}
 
 static int waiter_cmp(const void *a, const void *b)
 {
@@ -55,14 +71,15 @@ static int action_settled(waiters *w, const waiter *it)
     return settled;
 }
 
-/* One round over what was parked: each group of one action is read once.
- * Returns the waiters to keep, as a list. */
-static waiter *waiters_round(waiters *w, waiter **all, size_t n, int stop)
+/* Answers each waiter of all[0..n) whose action settled or whose deadline
+ * passed; each group of one action is read once.
+ * Keeps the rest in w->kept. */
+static void waiters_check(waiters *w, size_t n)
 {
-    waiter *keep = NULL;
     int64_t now = clock_mono_ms();
+    waiter **all = w->all;
     if (n == 0)
-        return NULL;
+        return;
     qsort(all, n, sizeof *all, waiter_cmp);
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
@@ -71,7 +88,7 @@ static waiter *waiters_round(waiters *w, waiter **all, size_t n, int stop)
         int settled = -1; /* read lazily: a group that only times out costs nothing */
         for (size_t k = i; k < j; k++) {
             waiter *it = all[k];
-            if (stop || now >= it->deadline) {
+            if (now >= it->deadline) {
                 it->on_timeout(it->state);
                 free(it);
                 continue;
@@ -82,60 +99,54 @@ static waiter *waiters_round(waiters *w, waiter **all, size_t n, int stop)
                 it->on_settled(it->state);
                 free(it);
             } else {
-                it->next = keep;
-                keep = it;
+                waiter_keep(w, it);
             }
         }
         i = j;
     }
-    return keep;
 }
 
-static void *waiters_main(void *arg)
+/* Moves what was posted to the kept list. */
+static void waiters_keep(waiters *w, looper_item *posted)
+{
+    while (posted) {
+        waiter *it = (waiter *)posted;
+        posted = posted->next;
+        waiter_keep(w, it);
+    }
+}
+
+/* One round: the newly parked join the kept, and all are checked. Rounds
+ * run every POLL_MS while anything waits, and not at all otherwise; the
+ * stopping round times every waiter out (each answers 409). */
+static int64_t waiters_round(void *arg, looper_phase phase, looper_item *posted)
 {
     waiters *w = arg;
-    waiter **all = NULL;
-    size_t cap = 0;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!w->head && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        size_t n = 0;
-        for (waiter *it = w->head; it; it = it->next)
-            n++;
-        if (n > cap) {
-            waiter **grown = realloc(all, n * sizeof *all);
-            if (!grown) {
-                /* Try again next round; nothing is lost meanwhile. */
-                clock_cond_wait_ms(&w->cv, &w->mu, POLL_MS);
-                continue;
-            }
-            all = grown;
-            cap = n;
+    waiters_keep(w, posted);
+    if (phase == LOOPER_STOPPING) {
+        for (waiter *it = (waiter *)w->kept, *next; it; it = next) {
+            next = waiter_next(it);
+            it->on_timeout(it->state);
+            free(it);
         }
-        n = 0;
-        for (waiter *it = w->head; it; it = it->next)
-            all[n++] = it;
-        w->head = NULL;
-        int stop = w->stop;
-        pthread_mutex_unlock(&w->mu);
-        /* Read outside the lock: adds must not wait for the store. */
-        waiter *keep = waiters_round(w, all, n, stop);
-        pthread_mutex_lock(&w->mu);
-        while (keep) {
-            waiter *it = keep;
-            keep = it->next;
-            it->next = w->head;
-            w->head = it;
-        }
-        if (stop && !w->head)
-            break;
-        if (w->head && !w->stop)
-            clock_cond_wait_ms(&w->cv, &w->mu, POLL_MS);
+        w->kept = NULL;
+        w->nkept = 0;
+        return LOOPER_DONE;
     }
-    pthread_mutex_unlock(&w->mu);
-    free(all);
-    return NULL;
+    if (w->nkept > w->cap) {
+        waiter **grown = realloc(w->all, w->nkept * sizeof *grown);
+        if (!grown)
+            return POLL_MS; /* try again next round; nothing is lost meanwhile */
+        w->all = grown;
+        w->cap = w->nkept;
+    }
+    size_t n = 0;
+    for (waiter *it = (waiter *)w->kept; it; it = waiter_next(it))
+        w->all[n++] = it;
+    w->kept = NULL;
+    w->nkept = 0;
+    waiters_check(w, n);
+    return w->kept ? POLL_MS : LOOPER_IDLE;
 }
 
 int waiters_start(server *srv, waiters **out)
@@ -144,15 +155,7 @@ int waiters_start(server *srv, waiters **out)
     if (!w)
         return -1;
     w->srv = srv;
-    pthread_mutex_init(&w->mu, NULL);
-    if (clock_cond_init(&w->cv) != 0) {
-        pthread_mutex_destroy(&w->mu);
-        free(w);
-        return -1;
-    }
-    if (pthread_create(&w->thread, NULL, waiters_main, w) != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
+    if (looper_start(&w->loop, waiters_round, w) < 0) {
         free(w);
         return -1;
     }
@@ -162,21 +165,17 @@ int waiters_start(server *srv, waiters **out)
 
 void waiters_stop(waiters *w)
 {
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    if (w)
+        looper_stop(&w->loop);
 }
 
 void waiters_free(waiters *w)
 {
     if (!w)
         return;
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    ONCE_ASSERT(!w->kept);
+    looper_close(&w->loop);
+    free(w->all);
     free(w);
 }
 
@@ -192,15 +191,11 @@ int waiters_add(waiters *w, const char *scope, const char *key, void *state, int
     it->deadline = deadline;
     it->on_settled = on_settled;
     it->on_timeout = on_timeout;
-    pthread_mutex_lock(&w->mu);
-    if (w->stop) {
-        pthread_mutex_unlock(&w->mu);
+    /* Not urgent: a new waiter is checked at the next round, so a storm of
+     * retries on one action does not become a storm of rounds. */
+    if (looper_post(&w->loop, &it->item, 0) < 0) {
         free(it);
         return -1;
     }
-    it->next = w->head;
-    w->head = it;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
     return 0;
 }

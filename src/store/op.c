@@ -1,6 +1,8 @@
 /*
  * op.c — what both stores do with an operation: queue it for the writer (waiting
- * or with a callback), fail it, and describe a reserve's request when it must be written.
+ * or with a callback), fail it, void it when its batch did not commit, and
+ * describe a reserve's request when it must be written; and the store_vtable
+ * entries that are the same in both stores (store_queue_*).
  */
 #include "store/op.h"
 
@@ -11,6 +13,25 @@
 
 void store_op_fail(store_op *op, int code, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    once_vformat(op->detail, sizeof op->detail, fmt, ap);
+    va_end(ap);
+    op->rc = code;
+}
+
+/* Both stores undo a batch that did not commit (a rollback, a failed or
+ * unknown commit): the outputs its operations wrote are freed here, so that
+ * neither store can forget one. */
+void store_op_void(store_op *op, int code, const char *fmt, ...)
+{
+    switch (op->kind) {
+    case OP_RESERVE: once_reservation_free(op->res); break;
+    case OP_EV_CLAIM: once_event_list_free(op->ev_list); break;
+    case OP_RC_CLAIM: once_action_list_free(op->list); break;
+    case OP_EV_INSERT: *op->inserted = 0; break;
+    default: break;
+    }
     va_list ap;
     va_start(ap, fmt);
     once_vformat(op->detail, sizeof op->detail, fmt, ap);
@@ -110,4 +131,189 @@ int store_op_submit_async(batchq *q, const store_op *op, once_cb cb, void *ctx)
         return once_fail(rc, "the store is closing");
     }
     return ONCE_OK;
+}
+
+/* Both stores end their open alike. Closing may write details of its own:
+ * the failure's is kept aside first. */
+int store_finish_open(once_store *s, int rc, once_store **out)
+{
+    if (rc < 0) {
+        char detail[ONCE_DETAIL_MAX];
+        snprintf(detail, sizeof detail, "%s", once_errdetail());
+        s->vt->close(s);
+        return once_fail(rc, "%s", detail);
+    }
+    *out = s;
+    return ONCE_OK;
+}
+
+/* ---- the entry points both stores share --------------------------------- */
+
+/* The queue of a store: every store begins with a store_head. */
+static batchq *queue_of(once_store *s)
+{
+    return &((store_head *)s)->queue;
+}
+
+/* One place decides between waiting and a callback, for every write. */
+int store_queue_op(once_store *s, store_op *op, once_cb cb, void *ctx)
+{
+    return cb ? store_op_submit_async(queue_of(s), op, cb, ctx) : store_op_submit_wait(queue_of(s), op);
+}
+
+/* The end both stores' reserve share once their read could not answer:
+ * the fresh token costs random bytes only when a write follows. */
+int store_queue_reserve(once_store *s, store_op *op, once_reserve_req *req, once_cb cb, void *ctx)
+{
+    char token[ONCE_TOKEN_LEN + 1]; /* an asynchronous op copies it */
+    int rc = store_reserve_request(req);
+    if (rc < 0 || (rc = once_token_new(token)) < 0)
+        return rc;
+    op->token = token;
+    return store_queue_op(s, op, cb, ctx);
+}
+
+/* The writes that answer with a number of rows: op waits, then *count. */
+static int queue_counted(once_store *s, store_op *op, size_t *count)
+{
+    int rc = store_queue_op(s, op, NULL, NULL);
+    *count = op->count;
+    return rc;
+}
+
+/* The attempt that holds the key records its outcome. */
+int store_queue_complete(once_store *s, const char *scope, const char *key, const char *token,
+                         const once_response *resp, const char *provider_id, int64_t now, once_cb cb, void *ctx)
+{
+    store_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
+                   .provider_id = provider_id};
+    return store_queue_op(s, &op, cb, ctx);
+}
+
+/* The attempt releases its key, or marks its action unknown. */
+int store_queue_settle(once_store *s, const char *scope, const char *key, const char *token, once_state to,
+                       const char *error, int64_t now, once_cb cb, void *ctx)
+{
+    store_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
+                   .text = error};
+    return store_queue_op(s, &op, cb, ctx);
+}
+
+/* The attempt still works: its lease moves on. */
+int store_queue_renew(once_store *s, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                      int64_t *lease_out, int64_t now, once_cb cb, void *ctx)
+{
+    store_op op = {.kind = OP_RENEW, .now = now, .scope = scope, .key = key, .token = token, .lease_ms = lease_ms,
+                   .lease_out = lease_out};
+    return store_queue_op(s, &op, cb, ctx);
+}
+
+/* A human settles an unknown or held action. */
+int store_queue_resolve(once_store *s, const char *scope, const char *key, once_outcome outcome,
+                        const char *provider_id, const char *note, int64_t now)
+{
+    store_op op = {.kind = OP_RESOLVE, .now = now, .scope = scope, .key = key, .outcome = outcome,
+                   .provider_id = provider_id, .text = note};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* Pending actions whose lease ran out become unknown. */
+int store_queue_expire(once_store *s, int64_t now, size_t *count)
+{
+    store_op op = {.kind = OP_EXPIRE, .now = now};
+    return queue_counted(s, &op, count);
+}
+
+/* An unknown action waits for a human. */
+int store_queue_hold(once_store *s, const char *scope, const char *key, const char *reason, int64_t now)
+{
+    store_op op = {.kind = OP_HOLD, .now = now, .scope = scope, .key = key, .text = reason};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* Settled actions past their retention go. */
+int store_queue_sweep(once_store *s, int64_t now, size_t *count)
+{
+    store_op op = {.kind = OP_SWEEP, .now = now};
+    return queue_counted(s, &op, count);
+}
+
+/* Every unknown action of a scope (or of all but some) waits for a human. */
+int store_queue_hold_unknown(once_store *s, const char *scope, const char *except, const char *reason, int64_t now,
+                             size_t *count)
+{
+    /* The except list travels in the receipt's slot. */
+    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .receipt = except, .text = reason};
+    return queue_counted(s, &op, count);
+}
+
+/* The reconciler claims unknown actions due for a provider lookup. */
+int store_queue_reconcile_claim(once_store *s, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                                int64_t now, once_action_list *out)
+{
+    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms,
+                   .delay_ms = settle_ms, .list = out};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* A provider lookup settled an unknown action. */
+int store_queue_reconcile(once_store *s, const char *scope, const char *key, once_outcome outcome,
+                          const once_response *resp, const char *provider_id, const char *step, int64_t now)
+{
+    /* A response and a provider id stand only for a completed outcome: said
+     * here, for both stores. */
+    int completed = outcome == ONCE_OUTCOME_COMPLETED;
+    store_op op = {.kind = OP_RC_SETTLE, .now = now, .scope = scope, .key = key, .outcome = outcome,
+                   .resp = completed ? resp : NULL, .provider_id = completed ? provider_id : NULL, .text = step};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* A provider lookup found nothing certain: later again, or hold. */
+int store_queue_reconcile_failed(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
+                                 const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_RC_FAILED, .now = now, .scope = scope, .key = key, .delay_ms = delay_ms, .dead = hold,
+                   .text = step};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* Through the writers, in a transaction: ready means a write would commit
+ * (a locked or read-only SQLite file, or an unreachable database, fails
+ * here rather than on a request). */
+int store_queue_ping(once_store *s)
+{
+    store_op op = {.kind = OP_PING};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* A consumer claims due webhook events, each with a receipt. */
+int store_queue_event_claim(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
+                            once_event_list *out)
+{
+    store_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms,
+                   .ev_list = out};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* A claim's receipt acks its event, or retries it (later, or dead). */
+int store_queue_event_settle(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms,
+                             int dead, const char *error, int64_t now)
+{
+    store_op op = {.kind = OP_EV_SETTLE, .now = now, .scope = source, .receipt = receipt, .ack = ack,
+                   .delay_ms = delay_ms, .dead = dead, .text = error};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* An operator sends an event through again. */
+int store_queue_event_redeliver(once_store *s, const char *source, const char *event_id, int64_t now)
+{
+    store_op op = {.kind = OP_EV_REDELIVER, .now = now, .scope = source, .event_id = event_id};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* Delivered and dead events past their retention go. */
+int store_queue_event_sweep(once_store *s, int64_t now, size_t *count)
+{
+    store_op op = {.kind = OP_EV_SWEEP, .now = now};
+    return queue_counted(s, &op, count);
 }

@@ -80,6 +80,15 @@ typedef struct store_op {
     char token_buf[ONCE_TOKEN_LEN + 1];
 } store_op;
 
+/* The head of both stores: what the ledger sees, and the queue of the
+ * store's writers. Each store embeds it first, so that the entry points they
+ * share (store_queue_*, below) reach the queue from the once_store the
+ * ledger passes them. */
+typedef struct store_head {
+    struct once_store base; /* first: the ledger sees a once_store */
+    batchq queue;           /* operations for the writers (group commit) */
+} store_head;
+
 /* Queues op for the store's writers and waits until its batch is durable
  * (or failed); the op's result, with its detail set for this thread. */
 int store_op_submit_wait(batchq *q, store_op *op);
@@ -99,5 +108,68 @@ int store_reserve_request(once_reserve_req *r);
 
 /* Fails op with code and a detail. */
 void store_op_fail(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Fails op with code and a detail after undoing what it produced (a
+ * reservation's row, a claimed list, an insert): its batch did not commit,
+ * so nothing it reported is true. */
+void store_op_void(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The end of a store's open: on failure (rc < 0) closes the half-open store
+ * s and returns rc with the failure's detail; else hands s out in *out. */
+int store_finish_open(once_store *s, int rc, once_store **out);
+
+/* ---- the entry points both stores share --------------------------------- */
+
+/* Runs op on the writers of s (a store_head): waits until its batch is
+ * durable when cb is NULL, else copies it and returns 0 once queued (cb runs
+ * later, see once_reserve_async). */
+int store_queue_op(once_store *s, store_op *op, once_cb cb, void *ctx);
+
+/* A reservation that the store's read could not answer: describes the
+ * request (req: the store's copy behind op->rreq), makes the fresh token and
+ * queues op for the writers. */
+int store_queue_reserve(once_store *s, store_op *op, once_reserve_req *req, once_cb cb, void *ctx);
+
+/* The store_vtable entries that are writes and nothing else: each builds its
+ * operation and queues it for the writers (store_queue_op). The reads and the
+ * two writes that a read may answer first (reserve, event_insert) are each
+ * store's own. */
+int store_queue_complete(once_store *s, const char *scope, const char *key, const char *token,
+                         const once_response *resp, const char *provider_id, int64_t now, once_cb cb, void *ctx);
+int store_queue_settle(once_store *s, const char *scope, const char *key, const char *token, once_state to,
+                       const char *error, int64_t now, once_cb cb, void *ctx);
+int store_queue_renew(once_store *s, const char *scope, const char *key, const char *token, int64_t lease_ms,
+                      int64_t *lease_out, int64_t now, once_cb cb, void *ctx);
+int store_queue_resolve(once_store *s, const char *scope, const char *key, once_outcome outcome,
+                        const char *provider_id, const char *note, int64_t now);
+int store_queue_expire(once_store *s, int64_t now, size_t *count);
+int store_queue_hold(once_store *s, const char *scope, const char *key, const char *reason, int64_t now);
+int store_queue_sweep(once_store *s, int64_t now, size_t *count);
+int store_queue_hold_unknown(once_store *s, const char *scope, const char *except, const char *reason, int64_t now,
+                             size_t *count);
+int store_queue_reconcile_claim(once_store *s, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
+                                int64_t now, once_action_list *out);
+int store_queue_reconcile(once_store *s, const char *scope, const char *key, once_outcome outcome,
+                          const once_response *resp, const char *provider_id, const char *step, int64_t now);
+int store_queue_reconcile_failed(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
+                                 const char *step, int64_t now);
+int store_queue_ping(once_store *s);
+int store_queue_event_claim(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
+                            once_event_list *out);
+int store_queue_event_settle(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms,
+                             int dead, const char *error, int64_t now);
+int store_queue_event_redeliver(once_store *s, const char *source, const char *event_id, int64_t now);
+int store_queue_event_sweep(once_store *s, int64_t now, size_t *count);
+
+/* Those entries, for a store's table: {.name = ..., STORE_QUEUE_ENTRIES,
+ * then its own reads, reserve, event_insert and close}. */
+#define STORE_QUEUE_ENTRIES                                                                                     \
+    .complete = store_queue_complete, .settle = store_queue_settle, .renew = store_queue_renew,                 \
+    .resolve = store_queue_resolve, .expire_leases = store_queue_expire, .hold = store_queue_hold,              \
+    .sweep = store_queue_sweep, .hold_unknown = store_queue_hold_unknown,                                       \
+    .reconcile_claim = store_queue_reconcile_claim, .reconcile = store_queue_reconcile,                         \
+    .reconcile_failed = store_queue_reconcile_failed, .ping = store_queue_ping,                                 \
+    .event_claim = store_queue_event_claim, .event_settle = store_queue_event_settle,                           \
+    .event_redeliver = store_queue_event_redeliver, .event_sweep = store_queue_event_sweep
 
 #endif

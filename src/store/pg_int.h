@@ -26,12 +26,12 @@
 #define A_COLS                                                                                          \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, "    \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, provider_id, " \
-    "error, note, lookups, lookup_next_at, trail"
+    "error, note, lookups, lookup_next_at, trail, resp_not_stored"
 #define E_COLS                                                                                          \
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "   \
     "delivered_at, expires_at, retention_ms, content_type, headers, body, error"
 
-#define A_NCOLS 23 /* columns in A_COLS */
+#define A_NCOLS 24 /* columns in A_COLS */
 #define E_NCOLS 17 /* columns in E_COLS */
 
 typedef struct stmt_def {
@@ -39,17 +39,14 @@ typedef struct stmt_def {
     const char *sql;
 } stmt_def;
 
-/* Every statement, prepared on every connection. */
-
 /* Every statement, prepared on every connection (pg_write.c). */
 extern const stmt_def pg_stmts[];
 extern const size_t pg_nstmts;
 
 typedef struct pg_store {
-    struct once_store base; /* first: the ledger sees a once_store */
+    store_head head;        /* first: the ledger sees a once_store, op.c the queue */
     char *url;              /* the URL for libpq (once_schema removed) */
     char *schema;           /* from ?once_schema=NAME, or NULL */
-    batchq queue;
     pthread_t writers[WRITERS];
     int nwriters;
 
@@ -76,12 +73,14 @@ int pg_open_conn(pg_store *s, PGconn **out);
 /* Whether an idle connection may still be used (see pg_conn.c). */
 int pg_alive(PGconn *c);
 
+#define PARAMS_MAX 10 /* parameters of a statement, at the most */
+
 /* Parameters of one statement: text values, and bytea in binary. */
 typedef struct params {
-    const char *v[10];
-    int len[10];
-    int fmt[10];
-    char num[10][24];
+    const char *v[PARAMS_MAX];
+    int len[PARAMS_MAX];
+    int fmt[PARAMS_MAX];
+    char num[PARAMS_MAX][24];
     int n;
 } params;
 
@@ -91,18 +90,42 @@ void p_text(params *p, const char *s);
 void p_int(params *p, int64_t v);
 void p_bool(params *p, int b);
 void p_bytes(params *p, const void *data, size_t len);
+/* A response as four parameters: whether there is one, its status, headers
+ * and body (NULLs without one). */
+void p_response(params *p, const once_response *r);
 int64_t col_int(const PGresult *res, int row, int col);
-void page_next(const PGresult *res, size_t limit, int total_col, char *next, size_t cap);
 int action_decode(const PGresult *res, int row, int c0, once_action *a);
 int event_decode(const PGresult *res, int row, once_event *e);
+
+/* A kind of row that the shared readers below decode into an array. */
+typedef struct pg_rows {
+    int (*decode)(const PGresult *res, int row, void *item); /* one row into item */
+    size_t item_size;                                          /* of one item */
+    int ncols;                                                 /* the row's columns */
+    const char *noun;                                          /* one row, in details */
+} pg_rows;
+
+extern const pg_rows pg_action_rows;        /* A_COLS: once_action */
+extern const pg_rows pg_event_rows;         /* E_COLS: once_event */
+extern const pg_rows pg_claimed_event_rows; /* E_COLS with the claim's receipt kept */
+
+/* Decodes the first rows of res, max at the most, into *items (a new array of
+ * at least one item, the caller's even when a row fails) and *count. 0, or an
+ * error with the detail "<what>: ...". */
+int pg_decode_rows(const PGresult *res, size_t max, const pg_rows *rows, const char *what, void **items,
+                   size_t *count);
 
 /* Runs a read statement on a pooled connection (pg_conn.c). */
 int read_exec(pg_store *s, const char *name, const params *p, PGresult **res);
 
-/* ---- the write path (pg_write.c) ---- */
+/* One page of the list statement name ("list", "ev_list"): runs it with p
+ * (its filters; the page's size and ONCE_PAGE_BYTES are appended here) and
+ * decodes at most limit rows into *items and *count, with next the cursor of
+ * the rest ("" when there is none). 0 or an error. */
+int pg_read_page(pg_store *s, const char *name, params *p, const pg_rows *rows, size_t limit, void **items,
+                 size_t *count, char next[ONCE_CURSOR_MAX]);
 
-/* The reservation answered by a row of once_reserve (the reserve statement). */
-int reserve_from_row(store_op *op, once_action *a);
+/* ---- the write path (pg_write.c) ---- */
 
 /* A writer thread: takes batches off s->queue until it closes. */
 void *pg_writer_main(void *arg);

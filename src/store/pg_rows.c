@@ -1,16 +1,18 @@
 /*
  * pg_rows.c — statement parameters and result rows of the PostgreSQL store:
- * text and binary parameters in, actions and events out.
+ * text and binary parameters in, actions and events out, and pages of them.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "store/pg_int.h"
 
 void p_text(params *p, const char *s)
 {
+    ONCE_ASSERT(p->n < PARAMS_MAX);
     p->v[p->n] = s;
     p->len[p->n] = 0;
     p->fmt[p->n] = 0;
@@ -30,10 +32,26 @@ void p_bool(params *p, int b)
 
 void p_bytes(params *p, const void *data, size_t len)
 {
+    ONCE_ASSERT(p->n < PARAMS_MAX);
     p->v[p->n] = data ? (const char *)data : NULL;
     p->len[p->n] = (int)len;
     p->fmt[p->n] = 1;
     p->n++;
+}
+
+/* complete and reconcile store a response alike: one shape for both. */
+void p_response(params *p, const once_response *r)
+{
+    p_bool(p, r != NULL);
+    if (r) {
+        p_int(p, r->status);
+        p_text(p, r->headers);
+        p_bytes(p, r->body, r->body_len);
+    } else {
+        p_text(p, NULL);
+        p_text(p, NULL);
+        p_text(p, NULL);
+    }
 }
 
 static void *col_text(const PGresult *res, int row, int col, int *ok)
@@ -74,7 +92,7 @@ int64_t col_int(const PGresult *res, int row, int col)
  * row's id when the page was full (the probe row beyond limit came back)
  * or cut by ONCE_PAGE_BYTES (fewer rows came back than the page held,
  * which the column total_col says). */
-void page_next(const PGresult *res, size_t limit, int total_col, char *next, size_t cap)
+static void page_next(const PGresult *res, size_t limit, int total_col, char *next, size_t cap)
 {
     int n = PQntuples(res);
     if (n == 0)
@@ -116,6 +134,7 @@ int action_decode(const PGresult *res, int row, int c0, once_action *a)
     a->note = col_text(res, row, c0 + 19, &ok);
     a->lookups = col_int(res, row, c0 + 20);
     a->trail = col_text(res, row, c0 + 22, &ok);
+    a->response.body_not_stored = col_int(res, row, c0 + 23);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -150,3 +169,66 @@ int event_decode(const PGresult *res, int row, once_event *e)
     return ONCE_OK;
 }
 
+
+/* ---- arrays and pages of rows ------------------------------------------------ */
+
+/* The decoders as pg_rows wants them: into an item of any kind. */
+static int action_item(const PGresult *res, int row, void *item)
+{
+    return action_decode(res, row, 0, item);
+}
+
+/* As action_item. */
+static int event_item(const PGresult *res, int row, void *item)
+{
+    return event_decode(res, row, item);
+}
+
+/* A claimed event keeps its receipt (column 9): only its claimer sees it. */
+static int claimed_event_item(const PGresult *res, int row, void *item)
+{
+    once_event *e = item;
+    int rc = event_decode(res, row, e);
+    if (rc == ONCE_OK)
+        snprintf(e->receipt, sizeof e->receipt, "%s", PQgetvalue(res, row, 9));
+    return rc;
+}
+
+const pg_rows pg_action_rows = {action_item, sizeof(once_action), A_NCOLS, "a row"};
+const pg_rows pg_event_rows = {event_item, sizeof(once_event), E_NCOLS, "an event"};
+const pg_rows pg_claimed_event_rows = {claimed_event_item, sizeof(once_event), E_NCOLS, "an event"};
+
+/* Pages and claims of actions and events decode alike; one loop for all. */
+int pg_decode_rows(const PGresult *res, size_t max, const pg_rows *rows, const char *what, void **items,
+                   size_t *count)
+{
+    unsigned char *v = calloc(max ? max : 1, rows->item_size);
+    *items = v;
+    if (!v)
+        return once_fail(ONCE_ENOMEM, "%s: out of memory", what);
+    for (int i = 0; i < PQntuples(res) && (size_t)i < max; i++) {
+        int rc = rows->decode(res, i, v + (size_t)i * rows->item_size);
+        if (rc < 0)
+            return once_fail(rc, "%s: cannot read %s", what, rows->noun);
+        *count = (size_t)i + 1;
+    }
+    return ONCE_OK;
+}
+
+/* Both list statements cut their pages alike (see "list" in pg_write.c):
+ * one home for running one and reading its page. */
+int pg_read_page(pg_store *s, const char *name, params *p, const pg_rows *rows, size_t limit, void **items,
+                 size_t *count, char next[ONCE_CURSOR_MAX])
+{
+    p_int(p, (int64_t)limit + 1); /* one more tells whether a next page exists */
+    p_int(p, (int64_t)ONCE_PAGE_BYTES);
+    PGresult *res;
+    int rc = read_exec(s, name, p, &res);
+    if (rc < 0)
+        return rc;
+    rc = pg_decode_rows(res, limit, rows, "list", items, count);
+    if (rc == ONCE_OK)
+        page_next(res, limit, rows->ncols, next, ONCE_CURSOR_MAX);
+    PQclear(res);
+    return rc;
+}

@@ -20,6 +20,24 @@
 
 #define SCHEMA_LOCK_KEY 0x4f4e4345 /* "ONCE" */
 
+/* Pieces of the functions of the action state machine below, said once.
+ * They are part of shipped migrations: never edit them (a new step writes
+ * its own text).
+ *
+ * PG_LOCK_ACTION starts a function on one action: its row locked, or the
+ * answer 'notfound'. */
+#define PG_LOCK_ACTION                                                                                  \
+    " DECLARE r actions%ROWTYPE;"                                                                       \
+    " BEGIN"                                                                                            \
+    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"                  \
+    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+/* PG_FENCE: only the token of the action's current attempt may go on. */
+#define PG_FENCE "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+/* PG_ANSWER_OK ends a function whose update went through. */
+#define PG_ANSWER_OK                                                                                    \
+    "  RETURN 'ok';"                                                                                    \
+    " END $$;"
+
 /* Migration N takes a database from version N-1 to N. Never edit a shipped
  * step; append a new one. */
 static const char *const migrations[] = {
@@ -119,11 +137,8 @@ static const char *const migrations[] = {
     "CREATE FUNCTION once_complete(p_scope text, p_key text, p_token text, p_now bigint, p_has boolean,"
     "  p_status integer, p_headers text, p_body bytea, p_provider text)"
     " RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
-    "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+    PG_LOCK_ACTION
+    PG_FENCE
     "  IF r.state = 'completed' THEN RETURN 'ok'; END IF;"
     "  IF r.state = 'released' THEN RETURN 'state:released'; END IF;"
     "  UPDATE actions SET state = 'completed', has_response = p_has, resp_status = p_status,"
@@ -131,48 +146,35 @@ static const char *const migrations[] = {
     "   note = COALESCE(note, CASE r.state WHEN 'unknown' THEN 'late completion (the action was unknown)'"
     "     WHEN 'held' THEN 'late completion (the action was held)' END),"
     "   updated_at = p_now, expires_at = p_now + retention_ms WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;"
+    PG_ANSWER_OK
 
     /* release / mark unknown. */
     "CREATE FUNCTION once_settle(p_scope text, p_key text, p_token text, p_to text, p_error text, p_now bigint)"
     " RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
-    "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+    PG_LOCK_ACTION
+    PG_FENCE
     "  IF r.state = p_to THEN RETURN 'ok'; END IF;"
     "  IF r.state <> 'pending' THEN RETURN 'state:' || r.state; END IF;"
     "  UPDATE actions SET state = p_to, error = COALESCE(p_error, error), updated_at = p_now,"
     "   expires_at = CASE WHEN p_to = 'released' THEN p_now + retention_ms ELSE 0 END WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;"
+    PG_ANSWER_OK
 
     "CREATE FUNCTION once_resolve(p_scope text, p_key text, p_outcome text, p_provider text, p_note text,"
     "  p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    PG_LOCK_ACTION
     "  IF r.state NOT IN ('unknown', 'held') THEN RETURN 'state:' || r.state; END IF;"
     "  UPDATE actions SET state = p_outcome, provider_id = p_provider, note = p_note, has_response = false,"
     "   resp_status = NULL, resp_headers = NULL, resp_body = NULL, updated_at = p_now,"
     "   expires_at = p_now + retention_ms WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;"
+    PG_ANSWER_OK
 
     "CREATE FUNCTION once_hold(p_scope text, p_key text, p_reason text, p_now bigint)"
     " RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    PG_LOCK_ACTION
     "  IF r.state <> 'unknown' THEN RETURN 'state:' || r.state; END IF;"
     "  UPDATE actions SET state = 'held', updated_at = p_now, error = CASE WHEN p_reason IS NULL THEN error"
     "   WHEN error IS NULL THEN p_reason ELSE p_reason || ' (after: ' || error || ')' END WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;"
+    PG_ANSWER_OK
 
     /* ack / retry of a claim: 'ok', 'notfound', 'stale', 'state:<state>'. */
     "CREATE FUNCTION once_event_settle(p_source text, p_id bigint, p_receipt text, p_ack boolean,"
@@ -194,8 +196,7 @@ static const char *const migrations[] = {
     "   delivered_at = CASE WHEN p_ack THEN p_now ELSE delivered_at END,"
     "   expires_at = CASE WHEN p_ack OR p_dead THEN p_now + retention_ms ELSE 0 END,"
     "   error = COALESCE(p_error, error) WHERE id = p_id;"
-    "  RETURN 'ok';"
-    " END $$;",
+    PG_ANSWER_OK,
 
     /* 2: reconciliation — lookups tried, when the next is due, the trail. */
     "ALTER TABLE actions ADD COLUMN lookups BIGINT NOT NULL DEFAULT 0,"
@@ -215,10 +216,7 @@ static const char *const migrations[] = {
     "CREATE FUNCTION once_reconcile(p_scope text, p_key text, p_outcome text, p_has boolean, p_status integer,"
     "  p_headers text, p_body bytea, p_provider text, p_step text, p_now bigint)"
     " RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    PG_LOCK_ACTION
     "  IF r.state <> 'unknown' THEN RETURN 'state:' || r.state; END IF;"
     "  UPDATE actions SET state = p_outcome, has_response = p_has, resp_status = p_status,"
     "   resp_headers = p_headers, resp_body = p_body, provider_id = p_provider, updated_at = p_now,"
@@ -226,22 +224,17 @@ static const char *const migrations[] = {
     "   lookups = lookups + 1,"
     "   trail = CASE WHEN p_step IS NULL THEN trail WHEN trail IS NULL THEN p_step"
     "     ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;"
+    PG_ANSWER_OK
     "CREATE FUNCTION once_reconcile_failed(p_scope text, p_key text, p_delay bigint, p_hold boolean,"
     "  p_step text, p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
-    " DECLARE r actions%ROWTYPE;"
-    " BEGIN"
-    "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-    "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
+    PG_LOCK_ACTION
     "  IF r.state <> 'unknown' THEN RETURN 'state:' || r.state; END IF;"
     "  UPDATE actions SET lookups = lookups + 1, lookup_next_at = p_now + p_delay, updated_at = p_now,"
     "   state = CASE WHEN p_hold THEN 'held' ELSE state END,"
     "   error = CASE WHEN p_hold AND p_step IS NOT NULL THEN p_step ELSE error END,"
     "   trail = CASE WHEN p_step IS NULL THEN trail WHEN trail IS NULL THEN p_step"
     "     ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
-    "  RETURN 'ok';"
-    " END $$;",
+    PG_ANSWER_OK,
 
     /* 3: a second dedupe key for events whose id the signature does not
      * cover (GitHub's delivery id): the body's digest, unique per source. */
@@ -251,15 +244,36 @@ static const char *const migrations[] = {
     /* 4: lease renewal by the attempt that holds the key. */
     ("CREATE FUNCTION once_renew(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint)"
      " RETURNS text LANGUAGE plpgsql AS $$"
-     " DECLARE r actions%ROWTYPE;"
-     " BEGIN"
-     "  SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
-     "  IF NOT FOUND THEN RETURN 'notfound'; END IF;"
-     "  IF r.token <> p_token THEN RETURN 'stale:' || r.attempt; END IF;"
+     PG_LOCK_ACTION
+     PG_FENCE
      "  IF r.state <> 'pending' THEN RETURN 'state:' || r.state; END IF;"
      "  UPDATE actions SET lease_expires_at = p_now + p_lease WHERE id = r.id;"
-     "  RETURN 'ok';"
-     " END $$;"),
+     PG_ANSWER_OK),
+
+    /* 5: a completed action whose answer was delivered but not stored (a
+     * stream longer than max_response): its length. A new once_complete
+     * takes it; the old one stays for gateways not yet upgraded. */
+    ("ALTER TABLE actions ADD COLUMN resp_not_stored BIGINT NOT NULL DEFAULT 0;"
+     "ALTER TYPE once_reserved ADD ATTRIBUTE resp_not_stored bigint;"
+     "CREATE OR REPLACE FUNCTION once_reserve_rearm_reset() RETURNS trigger LANGUAGE plpgsql AS $$"
+     " BEGIN"
+     "  IF NEW.attempt > OLD.attempt THEN NEW.lookups := 0; NEW.lookup_next_at := 0; NEW.resp_not_stored := 0;"
+     "  END IF;"
+     "  RETURN NEW;"
+     " END $$;"
+     "CREATE FUNCTION once_complete(p_scope text, p_key text, p_token text, p_now bigint, p_has boolean,"
+     "  p_status integer, p_headers text, p_body bytea, p_provider text, p_not_stored bigint)"
+     " RETURNS text LANGUAGE plpgsql AS $$"
+     PG_LOCK_ACTION
+     PG_FENCE
+     "  IF r.state = 'completed' THEN RETURN 'ok'; END IF;"
+     "  IF r.state = 'released' THEN RETURN 'state:released'; END IF;"
+     "  UPDATE actions SET state = 'completed', has_response = p_has, resp_status = p_status,"
+     "   resp_headers = p_headers, resp_body = p_body, resp_not_stored = p_not_stored, provider_id = p_provider,"
+     "   note = COALESCE(note, CASE r.state WHEN 'unknown' THEN 'late completion (the action was unknown)'"
+     "     WHEN 'held' THEN 'late completion (the action was held)' END),"
+     "   updated_at = p_now, expires_at = p_now + retention_ms WHERE id = r.id;"
+     PG_ANSWER_OK),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -14,7 +14,7 @@
 
 const stmt_def pg_stmts[] = {
     {"reserve", "SELECT * FROM once_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
-    {"complete", "SELECT once_complete($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
+    {"complete", "SELECT once_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"settle", "SELECT once_settle($1, $2, $3, $4, $5, $6)"},
     {"resolve", "SELECT once_resolve($1, $2, $3, $4, $5, $6)"},
     {"renew", "SELECT once_renew($1, $2, $3, $4, $5)"},
@@ -45,7 +45,7 @@ const stmt_def pg_stmts[] = {
                  "WHERE a.id = d.id RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, "
                  "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
                  "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
-                 "a.lookups, a.lookup_next_at, a.trail"},
+                 "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored"},
     {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
     /* No conflict target: a duplicate id or a duplicate digest. */
@@ -78,33 +78,6 @@ const size_t pg_nstmts = sizeof pg_stmts / sizeof pg_stmts[0];
 
 /* ---- answers --------------------------------------------------------------- */
 
-/* Decides a reservation from an existing row read outside the writer: the
- * same rules as once_reserve in pg_schema.c. 1 answered, 0 needs a write. */
-int reserve_from_row(store_op *op, once_action *a)
-{
-    once_reservation *res = op->res;
-    once_reserve_status st;
-    if (a->state == ONCE_STATE_COMPLETED && a->expires_at > op->now)
-        st = ONCE_COMPLETED;
-    else if (a->state == ONCE_STATE_PENDING && a->lease_expires_at > op->now)
-        st = ONCE_IN_FLIGHT;
-    else if ((a->state == ONCE_STATE_UNKNOWN || a->state == ONCE_STATE_HELD) && !op->rreq->retry_unknown)
-        st = a->state == ONCE_STATE_UNKNOWN ? ONCE_UNKNOWN : ONCE_HELD;
-    else
-        return 0;
-    res->status = st;
-    res->attempt = a->attempt;
-    if (st == ONCE_IN_FLIGHT)
-        res->lease_expires_at = a->lease_expires_at;
-    if (st == ONCE_COMPLETED)
-        res->fingerprint_mismatch = op->rreq->fingerprint && a->fingerprint &&
-                                    strcmp(op->rreq->fingerprint, a->fingerprint) != 0;
-    res->action = *a;
-    memset(a, 0, sizeof *a);
-    op->rc = ONCE_OK;
-    return 1;
-}
-
 /* Maps a function's text answer ('ok', 'notfound', 'stale:N', 'state:S'). */
 static void answer_code(store_op *op, const char *ans, const char *what)
 {
@@ -121,321 +94,290 @@ static void answer_code(store_op *op, const char *ans, const char *what)
                       strncmp(ans, "state:", 6) == 0 ? ans + 6 : ans);
 }
 
+/* once_reserve's row: 'reserved' (a new attempt) or the answer the row gave
+ * ('completed', 'in_flight', 'unknown', 'held'), then the row itself. */
+static void decode_reserve(store_op *op, const PGresult *res)
+{
+    if (PQntuples(res) != 1) {
+        store_op_fail(op, ONCE_ESTORE, "reserve: no answer from the database");
+        return;
+    }
+    const char *ans = PQgetvalue(res, 0, 0);
+    once_action a;
+    int rc = action_decode(res, 0, 1, &a);
+    if (rc < 0) {
+        store_op_fail(op, rc, "reserve: cannot read the row");
+        return;
+    }
+    once_reservation *r = op->res;
+    if (strcmp(ans, "reserved") == 0) {
+        r->status = ONCE_RESERVED;
+        memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
+        r->attempt = a.attempt;
+        r->lease_expires_at = a.lease_expires_at;
+        once_action_free(&a);
+        op->rc = ONCE_OK;
+        return;
+    }
+    /* completed / in_flight / unknown / held, decided server-side */
+    r->action = a;
+    ledger_answer_reservation(r,
+                              strcmp(ans, "completed") == 0   ? ONCE_COMPLETED
+                              : strcmp(ans, "in_flight") == 0 ? ONCE_IN_FLIGHT
+                              : strcmp(ans, "held") == 0      ? ONCE_HELD
+                                                              : ONCE_UNKNOWN,
+                              op->rreq->fingerprint);
+    op->rc = ONCE_OK;
+}
+
+/* A ping answers nothing: its transaction committing is the point. */
+static void decode_ping(store_op *op, const PGresult *res)
+{
+    (void)res;
+    op->rc = ONCE_OK;
+}
+
+/* The functions of the action state machine answer in text (answer_code). */
+static void decode_action_answer(store_op *op, const PGresult *res)
+{
+    answer_code(op, PQgetvalue(res, 0, 0), "action");
+}
+
+/* once_event_settle answers in the same words, of an event. */
+static void decode_event_answer(store_op *op, const PGresult *res)
+{
+    answer_code(op, PQgetvalue(res, 0, 0), "event");
+}
+
+/* A renewal that went through moves the caller's lease deadline too. */
+static void decode_renew(store_op *op, const PGresult *res)
+{
+    decode_action_answer(op, res);
+    if (op->rc == ONCE_OK && op->lease_out)
+        *op->lease_out = op->now + op->lease_ms;
+}
+
+/* The bulk statements answer with the rows they changed. */
+static void decode_count(store_op *op, const PGresult *res)
+{
+    op->count = (size_t)strtoull(PQcmdTuples((PGresult *)res), NULL, 10);
+    op->rc = ONCE_OK;
+}
+
+/* An insert answers whether it inserted. */
+static void decode_inserted(store_op *op, const PGresult *res)
+{
+    /* The unique constraints decide: a duplicate inserts nothing. */
+    *op->inserted = strcmp(PQcmdTuples((PGresult *)res), "1") == 0;
+    op->rc = ONCE_OK;
+}
+
+/* A redelivery that changed no row found no event. */
+static void decode_redeliver(store_op *op, const PGresult *res)
+{
+    if (strcmp(PQcmdTuples((PGresult *)res), "0") == 0)
+        store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
+    else
+        op->rc = ONCE_OK;
+}
+
+/* The claims return the rows they claimed: decoded into a new array
+ * (pg_decode_rows), counted in *count, and handed back for the op's list
+ * (even when op failed on a row: the list owns what was decoded). */
+static void *claim_rows(store_op *op, const PGresult *res, const pg_rows *rows, const char *what, size_t *count)
+{
+    void *items = NULL;
+    int rc = pg_decode_rows(res, (size_t)PQntuples(res), rows, what, &items, count);
+    if (rc < 0)
+        store_op_fail(op, rc, "%s", once_errdetail());
+    else
+        op->rc = ONCE_OK;
+    return items;
+}
+
+/* The reconciler's claim: actions. */
+static void decode_rc_claim(store_op *op, const PGresult *res)
+{
+    op->list->items = claim_rows(op, res, &pg_action_rows, "reconcile claim", &op->list->count);
+}
+
+/* A consumer's claim: events, with their receipts. */
+static void decode_ev_claim(store_op *op, const PGresult *res)
+{
+    op->ev_list->items = claim_rows(op, res, &pg_claimed_event_rows, "claim", &op->ev_list->count);
+}
+
+/* ---- operations as statements ------------------------------------------------ */
+
+/* Where a parameter of a write statement comes from in its operation. */
+typedef enum pg_arg {
+    ARG_END,           /* ends an operation's list */
+    ARG_SCOPE,         /* the scope, or an event's source */
+    ARG_KEY,
+    ARG_TOKEN,
+    ARG_NOW,
+    ARG_TEXT,          /* the error, note, reason or step */
+    ARG_PROVIDER,      /* the provider's id */
+    ARG_TO,            /* the state a settle goes to */
+    ARG_OUTCOME,       /* the state an outcome settles in */
+    ARG_RESPONSE,      /* four parameters (p_response) */
+    ARG_NOT_STORED,    /* the response's body_not_stored */
+    ARG_LEASE,
+    ARG_DELAY,
+    ARG_MAX,
+    ARG_DEAD,
+    ARG_ACK,
+    ARG_EXCEPT,        /* the scopes hold_all leaves alone (in the receipt's slot) */
+    ARG_EVENT_ID,
+    ARG_RECEIPT,
+    ARG_RECEIPT_ID,    /* the row id a receipt starts with */
+    ARG_PAGE_BYTES,    /* ONCE_PAGE_BYTES: where a claim stops */
+    ARG_REQ_LEASE,     /* the reservation's request ... */
+    ARG_REQ_RETENTION,
+    ARG_REQ_FINGERPRINT,
+    ARG_REQ_BODY,
+    ARG_REQ_RETRY_UNKNOWN,
+    ARG_EV_SOURCE,     /* the event to insert ... */
+    ARG_EV_ID,
+    ARG_EV_RETENTION,
+    ARG_EV_CONTENT_TYPE,
+    ARG_EV_HEADERS,
+    ARG_EV_BODY,
+    ARG_EV_DIGEST
+} pg_arg;
+
+/* A write operation as a prepared statement: its parameters, in order, and
+ * how its answer is read into the operation's outputs. */
+typedef struct pg_op_def {
+    const char *stmt; /* in pg_stmts; NULL: not a write */
+    pg_arg args[PARAMS_MAX];
+    void (*decode)(store_op *op, const PGresult *res);
+} pg_op_def;
+
+static const pg_op_def pg_ops[] = {
+    [OP_RESERVE] = {"reserve",
+                    {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_REQ_LEASE, ARG_REQ_RETENTION, ARG_REQ_FINGERPRINT,
+                     ARG_REQ_BODY, ARG_REQ_RETRY_UNKNOWN},
+                    decode_reserve},
+    [OP_COMPLETE] = {"complete", {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_RESPONSE, ARG_PROVIDER, ARG_NOT_STORED},
+                     decode_action_answer},
+    [OP_SETTLE] = {"settle", {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_TO, ARG_TEXT, ARG_NOW}, decode_action_answer},
+    [OP_RENEW] = {"renew", {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_LEASE}, decode_renew},
+    [OP_RESOLVE] = {"resolve", {ARG_SCOPE, ARG_KEY, ARG_OUTCOME, ARG_PROVIDER, ARG_TEXT, ARG_NOW},
+                    decode_action_answer},
+    [OP_EXPIRE] = {"expire", {ARG_NOW}, decode_count},
+    [OP_HOLD] = {"hold", {ARG_SCOPE, ARG_KEY, ARG_TEXT, ARG_NOW}, decode_action_answer},
+    [OP_SWEEP] = {"sweep", {ARG_NOW}, decode_count},
+    [OP_HOLD_ALL] = {"hold_all", {ARG_NOW, ARG_TEXT, ARG_SCOPE, ARG_EXCEPT}, decode_count},
+    [OP_RC_CLAIM] = {"rc_claim", {ARG_SCOPE, ARG_NOW, ARG_LEASE, ARG_MAX, ARG_DELAY /* settle */}, decode_rc_claim},
+    [OP_RC_SETTLE] = {"rc_settle", {ARG_SCOPE, ARG_KEY, ARG_OUTCOME, ARG_RESPONSE, ARG_PROVIDER, ARG_TEXT, ARG_NOW},
+                      decode_action_answer},
+    [OP_RC_FAILED] = {"rc_failed", {ARG_SCOPE, ARG_KEY, ARG_DELAY, ARG_DEAD, ARG_TEXT, ARG_NOW},
+                      decode_action_answer},
+    [OP_PING] = {"ping", {ARG_END}, decode_ping},
+    [OP_EV_INSERT] = {"ev_insert",
+                      {ARG_EV_SOURCE, ARG_EV_ID, ARG_NOW, ARG_EV_RETENTION, ARG_EV_CONTENT_TYPE, ARG_EV_HEADERS,
+                       ARG_EV_BODY, ARG_EV_DIGEST},
+                      decode_inserted},
+    [OP_EV_CLAIM] = {"ev_claim", {ARG_SCOPE, ARG_NOW, ARG_LEASE, ARG_TOKEN, ARG_MAX, ARG_PAGE_BYTES},
+                     decode_ev_claim},
+    [OP_EV_SETTLE] = {"ev_settle",
+                      {ARG_SCOPE, ARG_RECEIPT_ID, ARG_RECEIPT, ARG_ACK, ARG_DELAY, ARG_DEAD, ARG_TEXT, ARG_NOW},
+                      decode_event_answer},
+    [OP_EV_REDELIVER] = {"ev_redeliver", {ARG_SCOPE, ARG_EVENT_ID, ARG_NOW}, decode_redeliver},
+    [OP_EV_SWEEP] = {"ev_sweep", {ARG_NOW}, decode_count},
+};
+
+/* The statement of op's kind, or NULL with op failed when it is no write. */
+static const pg_op_def *op_def(store_op *op)
+{
+    size_t k = (size_t)op->kind;
+    if (k < sizeof pg_ops / sizeof pg_ops[0] && pg_ops[k].stmt)
+        return &pg_ops[k];
+    store_op_fail(op, ONCE_EINVAL, "operation %d is not a write", (int)op->kind);
+    return NULL;
+}
+
+/* "<id>.<hex>": the id finds the row; the whole string fences it. */
+static int p_receipt_id(params *p, store_op *op)
+{
+    const char *dot = strchr(op->receipt, '.');
+    char *end = NULL;
+    long long id = strtoll(op->receipt, &end, 10);
+    if (!dot || end != dot || id <= 0) {
+        store_op_fail(op, ONCE_EINVAL, "receipt: malformed");
+        return -1;
+    }
+    p_int(p, id);
+    return 0;
+}
+
+/* Appends op's parameter a to p. -1 (op failed) when op cannot give it. */
+static int p_arg(params *p, store_op *op, pg_arg a)
+{
+    const once_reserve_req *r = op->rreq;
+    const once_event_in *e = op->ev_in;
+    switch (a) {
+    case ARG_END: break;
+    case ARG_SCOPE: p_text(p, op->scope); break;
+    case ARG_KEY: p_text(p, op->key); break;
+    case ARG_TOKEN: p_text(p, op->token); break;
+    case ARG_NOW: p_int(p, op->now); break;
+    case ARG_TEXT: p_text(p, op->text); break;
+    case ARG_PROVIDER: p_text(p, op->provider_id); break;
+    case ARG_TO: p_text(p, once_state_name(op->to)); break;
+    case ARG_OUTCOME: p_text(p, once_state_name(ledger_outcome_state(op->outcome))); break;
+    case ARG_RESPONSE: p_response(p, op->resp); break;
+    case ARG_NOT_STORED: p_int(p, op->resp ? op->resp->body_not_stored : 0); break;
+    case ARG_LEASE: p_int(p, op->lease_ms); break;
+    case ARG_DELAY: p_int(p, op->delay_ms); break;
+    case ARG_MAX: p_int(p, (int64_t)op->max); break;
+    case ARG_DEAD: p_bool(p, op->dead); break;
+    case ARG_ACK: p_bool(p, op->ack); break;
+    case ARG_EXCEPT:
+    case ARG_RECEIPT: p_text(p, op->receipt); break;
+    case ARG_EVENT_ID: p_text(p, op->event_id); break;
+    case ARG_RECEIPT_ID: return p_receipt_id(p, op);
+    case ARG_PAGE_BYTES: p_int(p, (int64_t)ONCE_PAGE_BYTES); break;
+    case ARG_REQ_LEASE: p_int(p, r->lease_ms); break;
+    case ARG_REQ_RETENTION: p_int(p, r->retention_ms); break;
+    case ARG_REQ_FINGERPRINT: p_text(p, r->fingerprint); break;
+    case ARG_REQ_BODY: p_bytes(p, r->request, r->request_len); break;
+    case ARG_REQ_RETRY_UNKNOWN: p_bool(p, r->retry_unknown); break;
+    case ARG_EV_SOURCE: p_text(p, e->source); break;
+    case ARG_EV_ID: p_text(p, e->event_id); break;
+    case ARG_EV_RETENTION: p_int(p, e->retention_ms); break;
+    case ARG_EV_CONTENT_TYPE: p_text(p, e->content_type); break;
+    case ARG_EV_HEADERS: p_text(p, e->headers); break;
+    case ARG_EV_BODY: p_bytes(p, e->body, e->body_len); break;
+    case ARG_EV_DIGEST: p_text(p, e->digest); break;
+    }
+    return 0;
+}
+
 /* ---- the write path --------------------------------------------------------- */
 
-/* Sends op's statement into the pipeline. p must live until the results
- * are read (libpq copies the values when sending, so it need not). */
+/* Sends op's statement into the pipeline: 0 sent, 1 not sent (op failed),
+ * -1 connection trouble. libpq copies the parameters when sending. */
 static int op_send(PGconn *c, store_op *op)
 {
-    params p = {.n = 0};
-    const char *name = NULL;
-    switch (op->kind) {
-    case OP_RESERVE: {
-        const once_reserve_req *r = op->rreq;
-        name = "reserve";
-        p_text(&p, r->scope);
-        p_text(&p, r->key);
-        p_text(&p, op->token);
-        p_int(&p, op->now);
-        p_int(&p, r->lease_ms);
-        p_int(&p, r->retention_ms);
-        p_text(&p, r->fingerprint);
-        p_bytes(&p, r->request, r->request_len);
-        p_bool(&p, r->retry_unknown);
-        break;
-    }
-    case OP_COMPLETE:
-        name = "complete";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->token);
-        p_int(&p, op->now);
-        p_bool(&p, op->resp != NULL);
-        if (op->resp) {
-            p_int(&p, op->resp->status);
-            p_text(&p, op->resp->headers);
-            p_bytes(&p, op->resp->body, op->resp->body_len);
-        } else {
-            p_text(&p, NULL);
-            p_text(&p, NULL);
-            p_text(&p, NULL);
-        }
-        p_text(&p, op->provider_id);
-        break;
-    case OP_SETTLE:
-        name = "settle";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->token);
-        p_text(&p, once_state_name(op->to));
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    case OP_PING:
-        name = "ping";
-        break;
-    case OP_RENEW:
-        name = "renew";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->token);
-        p_int(&p, op->now);
-        p_int(&p, op->lease_ms);
-        break;
-    case OP_RESOLVE:
-        name = "resolve";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
-        p_text(&p, op->provider_id);
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    case OP_HOLD:
-        name = "hold";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    case OP_EXPIRE:
-        name = "expire";
-        p_int(&p, op->now);
-        break;
-    case OP_HOLD_ALL:
-        name = "hold_all";
-        p_int(&p, op->now);
-        p_text(&p, op->text);
-        p_text(&p, op->scope);
-        p_text(&p, op->receipt); /* the except list travels in this slot */
-        break;
-    case OP_SWEEP:
-        name = "sweep";
-        p_int(&p, op->now);
-        break;
-    case OP_RC_CLAIM:
-        name = "rc_claim";
-        p_text(&p, op->scope);
-        p_int(&p, op->now);
-        p_int(&p, op->lease_ms);
-        p_int(&p, (int64_t)op->max);
-        p_int(&p, op->delay_ms); /* settle */
-        break;
-    case OP_RC_SETTLE: {
-        const once_response *r = op->outcome == ONCE_OUTCOME_COMPLETED ? op->resp : NULL;
-        name = "rc_settle";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_text(&p, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
-        p_bool(&p, r != NULL);
-        if (r) {
-            p_int(&p, r->status);
-            p_text(&p, r->headers);
-            p_bytes(&p, r->body, r->body_len);
-        } else {
-            p_text(&p, NULL);
-            p_text(&p, NULL);
-            p_text(&p, NULL);
-        }
-        p_text(&p, op->outcome == ONCE_OUTCOME_COMPLETED ? op->provider_id : NULL);
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    }
-    case OP_RC_FAILED:
-        name = "rc_failed";
-        p_text(&p, op->scope);
-        p_text(&p, op->key);
-        p_int(&p, op->delay_ms);
-        p_bool(&p, op->dead);
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    case OP_EV_INSERT: {
-        const once_event_in *e = op->ev_in;
-        name = "ev_insert";
-        p_text(&p, e->source);
-        p_text(&p, e->event_id);
-        p_int(&p, op->now);
-        p_int(&p, e->retention_ms);
-        p_text(&p, e->content_type);
-        p_text(&p, e->headers);
-        p_bytes(&p, e->body, e->body_len);
-        p_text(&p, e->digest);
-        break;
-    }
-    case OP_EV_CLAIM:
-        name = "ev_claim";
-        p_text(&p, op->scope);
-        p_int(&p, op->now);
-        p_int(&p, op->lease_ms);
-        p_text(&p, op->token);
-        p_int(&p, (int64_t)op->max);
-        p_int(&p, (int64_t)ONCE_PAGE_BYTES);
-        break;
-    case OP_EV_SETTLE: {
-        /* "<id>.<hex>": the id finds the row; the whole string fences it. */
-        const char *dot = strchr(op->receipt, '.');
-        char *end = NULL;
-        long long id = strtoll(op->receipt, &end, 10);
-        if (!dot || end != dot || id <= 0) {
-            store_op_fail(op, ONCE_EINVAL, "receipt: malformed");
-            return 1; /* nothing sent */
-        }
-        name = "ev_settle";
-        p_text(&p, op->scope);
-        p_int(&p, id);
-        p_text(&p, op->receipt);
-        p_bool(&p, op->ack);
-        p_int(&p, op->delay_ms);
-        p_bool(&p, op->dead);
-        p_text(&p, op->text);
-        p_int(&p, op->now);
-        break;
-    }
-    case OP_EV_REDELIVER:
-        name = "ev_redeliver";
-        p_text(&p, op->scope);
-        p_text(&p, op->event_id);
-        p_int(&p, op->now);
-        break;
-    case OP_EV_SWEEP:
-        name = "ev_sweep";
-        p_int(&p, op->now);
-        break;
-    default:
-        store_op_fail(op, ONCE_EINVAL, "operation %d is not a write", (int)op->kind);
+    const pg_op_def *def = op_def(op);
+    if (!def)
         return 1;
+    params p = {.n = 0};
+    for (size_t i = 0; i < PARAMS_MAX && def->args[i] != ARG_END; i++) {
+        if (p_arg(&p, op, def->args[i]) < 0)
+            return 1;
     }
-    return PQsendQueryPrepared(c, name, p.n, p.v, p.len, p.fmt, 0) == 1 ? 0 : -1;
+    return PQsendQueryPrepared(c, def->stmt, p.n, p.v, p.len, p.fmt, 0) == 1 ? 0 : -1;
 }
 
 /* Reads op's result into its outputs (valid only if the batch commits). */
 static void op_decode(store_op *op, const PGresult *res)
 {
-    switch (op->kind) {
-    case OP_RESERVE: {
-        if (PQntuples(res) != 1) {
-            store_op_fail(op, ONCE_ESTORE, "reserve: no answer from the database");
-            return;
-        }
-        const char *ans = PQgetvalue(res, 0, 0);
-        once_action a;
-        int rc = action_decode(res, 0, 1, &a);
-        if (rc < 0) {
-            store_op_fail(op, rc, "reserve: cannot read the row");
-            return;
-        }
-        once_reservation *r = op->res;
-        if (strcmp(ans, "reserved") == 0) {
-            r->status = ONCE_RESERVED;
-            memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
-            r->attempt = a.attempt;
-            r->lease_expires_at = a.lease_expires_at;
-            once_action_free(&a);
-            op->rc = ONCE_OK;
-            return;
-        }
-        /* completed / in_flight / unknown / held, decided server-side */
-        r->status = strcmp(ans, "completed") == 0   ? ONCE_COMPLETED
-                    : strcmp(ans, "in_flight") == 0 ? ONCE_IN_FLIGHT
-                    : strcmp(ans, "held") == 0      ? ONCE_HELD
-                                                    : ONCE_UNKNOWN;
-        r->attempt = a.attempt;
-        if (r->status == ONCE_IN_FLIGHT)
-            r->lease_expires_at = a.lease_expires_at;
-        if (r->status == ONCE_COMPLETED)
-            r->fingerprint_mismatch = op->rreq->fingerprint && a.fingerprint &&
-                                      strcmp(op->rreq->fingerprint, a.fingerprint) != 0;
-        r->action = a;
-        op->rc = ONCE_OK;
-        return;
-    }
-    case OP_PING: op->rc = ONCE_OK; return;
-    case OP_RENEW:
-        answer_code(op, PQgetvalue(res, 0, 0), "action");
-        if (op->rc == ONCE_OK && op->lease_out)
-            *op->lease_out = op->now + op->lease_ms;
-        return;
-    case OP_COMPLETE:
-    case OP_SETTLE:
-    case OP_RESOLVE:
-    case OP_HOLD: answer_code(op, PQgetvalue(res, 0, 0), "action"); return;
-    case OP_EV_SETTLE: answer_code(op, PQgetvalue(res, 0, 0), "event"); return;
-    case OP_RC_SETTLE:
-    case OP_RC_FAILED: answer_code(op, PQgetvalue(res, 0, 0), "action"); return;
-    case OP_RC_CLAIM: {
-        once_action_list *l = op->list;
-        int n = PQntuples(res);
-        l->items = calloc(n ? (size_t)n : 1, sizeof *l->items);
-        if (!l->items) {
-            store_op_fail(op, ONCE_ENOMEM, "reconcile claim: out of memory");
-            return;
-        }
-        for (int i = 0; i < n; i++) {
-            int rc = action_decode(res, i, 0, &l->items[i]);
-            if (rc < 0) {
-                store_op_fail(op, rc, "reconcile claim: cannot read a row");
-                return;
-            }
-            l->count++;
-        }
-        op->rc = ONCE_OK;
-        return;
-    }
-    case OP_EXPIRE:
-    case OP_HOLD_ALL:
-    case OP_SWEEP:
-    case OP_EV_SWEEP:
-        op->count = (size_t)strtoull(PQcmdTuples((PGresult *)res), NULL, 10);
-        op->rc = ONCE_OK;
-        return;
-    case OP_EV_INSERT:
-        *op->inserted = strcmp(PQcmdTuples((PGresult *)res), "1") == 0;
-        op->rc = ONCE_OK;
-        return;
-    case OP_EV_REDELIVER:
-        if (strcmp(PQcmdTuples((PGresult *)res), "0") == 0)
-            store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
-        else
-            op->rc = ONCE_OK;
-        return;
-    case OP_EV_CLAIM: {
-        once_event_list *l = op->ev_list;
-        int n = PQntuples(res);
-        l->items = calloc(n ? (size_t)n : 1, sizeof *l->items);
-        if (!l->items) {
-            store_op_fail(op, ONCE_ENOMEM, "claim: out of memory");
-            return;
-        }
-        for (int i = 0; i < n; i++) {
-            int rc = event_decode(res, i, &l->items[i]);
-            if (rc < 0) {
-                store_op_fail(op, rc, "claim: cannot read an event");
-                return;
-            }
-            snprintf(l->items[i].receipt, sizeof l->items[i].receipt, "%s", PQgetvalue(res, i, 9));
-            l->count++;
-        }
-        op->rc = ONCE_OK;
-        return;
-    }
-    default: store_op_fail(op, ONCE_EINVAL, "operation %d is not a write", (int)op->kind); return;
-    }
-}
-
-/* Undoes what op_decode produced, for a batch that did not commit. */
-static void op_void(store_op *op, int code, const char *why)
-{
-    if (op->kind == OP_RESERVE)
-        once_reservation_free(op->res);
-    if (op->kind == OP_EV_CLAIM)
-        once_event_list_free(op->ev_list);
-    if (op->kind == OP_RC_CLAIM)
-        once_action_list_free(op->list);
-    if (op->kind == OP_EV_INSERT)
-        *op->inserted = 0;
-    store_op_fail(op, code, "%s", why);
+    const pg_op_def *def = op_def(op);
+    if (def)
+        def->decode(op, res);
 }
 
 typedef enum batch_result { BATCH_OK, BATCH_RETRY, BATCH_FAILED, BATCH_BROKEN } batch_result;
@@ -578,7 +520,7 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
                 char why[ONCE_DETAIL_MAX];
                 snprintf(why, sizeof why, "%s", once_errdetail());
                 for (size_t i = 0; i < n; i++)
-                    op_void(ops[i], rc, why);
+                    store_op_void(ops[i], rc, "%s", why);
                 return;
             }
         }
@@ -586,15 +528,15 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
         batch_result br = batch_pipeline(*conn, ops, n, err, sizeof err);
         if (br == BATCH_OK) {
             FAULT_POINT("after_commit");
-            once_commit_hook hook = s->base.commit_hook;
+            once_commit_hook hook = s->head.base.commit_hook;
             if (hook)
-                hook(s->base.commit_hook_ctx, n, clock_mono_seconds() - t0);
+                hook(s->head.base.commit_hook_ctx, n, clock_mono_seconds() - t0);
             return;
         }
         char why[ONCE_DETAIL_MAX];
         snprintf(why, sizeof why, "store unavailable: %s", err);
         for (size_t i = 0; i < n; i++)
-            op_void(ops[i], ONCE_ESTORE, why);
+            store_op_void(ops[i], ONCE_ESTORE, "%s", why);
         if (br == BATCH_BROKEN) {
             /* The commit's fate is unknown: report failure, never success.
              * A reservation that did commit expires and is held; nothing
@@ -626,7 +568,7 @@ void *pg_writer_main(void *arg)
     bq_item *items[BATCH_MAX];
     PGconn *conn = NULL;
     size_t n;
-    while ((n = bq_take(&s->queue, items, BATCH_MAX)) > 0) {
+    while ((n = bq_take(&s->head.queue, items, BATCH_MAX)) > 0) {
         store_op **ops = (store_op **)items;
         /* Tokens for claims: one per batch item, made off the caller. */
         for (size_t i = 0; i < n; i++) {
@@ -634,7 +576,7 @@ void *pg_writer_main(void *arg)
                 ops[i]->token = ops[i]->token_buf;
         }
         batch_run(s, &conn, ops, n);
-        bq_finish(&s->queue, items, n);
+        bq_finish(&s->head.queue, items, n);
     }
     PQfinish(conn);
     return NULL;

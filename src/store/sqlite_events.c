@@ -94,6 +94,15 @@ static int ev_decode(sqlite3_stmt *st, once_event *e)
     return ONCE_OK;
 }
 
+/* ev_decode as sq_rows wants it: into an item of any kind. */
+static int event_item(sqlite3_stmt *st, void *item)
+{
+    return ev_decode(st, item);
+}
+
+const sq_rows sq_event_rows = {event_item, sizeof(once_event), E_ID, {E_BODY, E_HEADERS, -1}, "event", "an event",
+                               "list events"};
+
 /* Is (source, event_id) stored? 1 yes, 0 no, -1 error (op failed). */
 int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev)
 {
@@ -103,14 +112,36 @@ int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev)
     sq_bind_text(st, 1, ev->source);
     sq_bind_text(st, 2, ev->event_id);
     sq_bind_text(st, 3, ev->digest);
-    int rc = sqlite3_step(st);
+    int found = sq_step_row(c, op, st, "event lookup");
     sq_done(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    sq_fail_sql(op, c, rc, "event lookup");
-    return -1;
+    return found;
+}
+
+/* The SELECT of op's event by name (source, event_id), bound; NULL (op
+ * failed) when it cannot be prepared. */
+static sqlite3_stmt *ev_select(sq_conn *c, store_op *op)
+{
+    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
+    if (st) {
+        sq_bind_text(st, 1, op->scope);
+        sq_bind_text(st, 2, op->event_id);
+    }
+    return st;
+}
+
+/* Steps the SELECT of the event whose row id is id: 1 its row is current on
+ * *out (the caller resets it), 0 there is none, -1 op failed (what names the
+ * step). */
+static int ev_find_id(sq_conn *c, store_op *op, int64_t id, const char *what, sqlite3_stmt **out)
+{
+    sqlite3_stmt *st = *out = ev_stmt(c, op, EV_SELECT_ID);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int found = sq_step_row(c, op, st, what);
+    if (found != 1)
+        sq_done(st);
+    return found;
 }
 
 static void op_insert(sq_conn *c, store_op *op)
@@ -138,19 +169,12 @@ static void op_insert(sq_conn *c, store_op *op)
 /* Fills the list with the rows of ids, receipts attached (claim). */
 static int list_push(sq_conn *c, store_op *op, int64_t id, const char *receipt)
 {
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
-    if (!st)
+    sqlite3_stmt *st;
+    int found = ev_find_id(c, op, id, "claim", &st);
+    if (found == 0)
+        store_op_fail(op, ONCE_ESTORE, "claimed event %lld vanished", (long long)id);
+    if (found != 1)
         return -1;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        if (rc == SQLITE_DONE)
-            store_op_fail(op, ONCE_ESTORE, "claimed event %lld vanished", (long long)id);
-        else
-            sq_fail_sql(op, c, rc, "claim");
-        sq_done(st);
-        return -1;
-    }
     once_event *e = &op->ev_list->items[op->ev_list->count];
     int drc = ev_decode(st, e);
     sq_done(st);
@@ -238,19 +262,12 @@ static void op_settle(sq_conn *c, store_op *op)
         store_op_fail(op, ONCE_EINVAL, "receipt: malformed");
         return;
     }
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT_ID);
-    if (!st)
+    sqlite3_stmt *st;
+    int found = ev_find_id(c, op, id, "settle", &st);
+    if (found == 0)
+        store_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
+    if (found != 1)
         return;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        if (rc == SQLITE_DONE)
-            store_op_fail(op, ONCE_ENOTFOUND, "no event for this receipt in %s", op->scope);
-        else
-            sq_fail_sql(op, c, rc, "settle");
-        sq_done(st);
-        return;
-    }
     const char *source = (const char *)sqlite3_column_text(st, E_SOURCE);
     const char *current = (const char *)sqlite3_column_text(st, E_RECEIPT);
     const char *state = (const char *)sqlite3_column_text(st, E_STATE);
@@ -282,113 +299,46 @@ static void op_settle(sq_conn *c, store_op *op)
     sqlite3_bind_int64(st, 3, op->ack || op->dead ? op->now : op->now + op->delay_ms);
     sqlite3_bind_int64(st, 4, op->now);
     sq_bind_text(st, 5, op->text);
-    if (sq_write_step(c, op, st, "settle event") == 0)
-        op->rc = ONCE_OK;
+    sq_write_finish(c, op, st, "settle event");
 }
 
 static void op_get(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
+    sqlite3_stmt *st = ev_select(c, op);
     if (!st)
         return;
-    sq_bind_text(st, 1, op->scope);
-    sq_bind_text(st, 2, op->event_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        int drc = ev_decode(st, op->event);
-        if (drc < 0)
-            store_op_fail(op, drc, "cannot read the event");
-        else
-            op->rc = ONCE_OK;
-    } else if (rc == SQLITE_DONE) {
-        store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
-    } else {
-        sq_fail_sql(op, c, rc, "get event");
-    }
-    sq_done(st);
+    int found = sq_step_row(c, op, st, "get event");
+    sq_finish_get(op, st, found, &sq_event_rows, op->event, op->event_id);
 }
 
 static void op_list(sq_conn *c, store_op *op)
 {
     const once_event_list_req *r = op->ev_lreq;
-    once_event_list *l = op->ev_list;
+    void *items = NULL;
     sqlite3_stmt *st = ev_stmt(c, op, EV_LIST);
     if (!st)
         return;
-    l->items = calloc(r->limit, sizeof *l->items);
-    if (!l->items) {
-        store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
-        return;
-    }
-    sqlite3_bind_int64(st, 1, op->after_id);
     sq_bind_text(st, 2, r->source);
     sq_bind_text(st, 3, r->state ? once_event_state_name(r->state) : NULL);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
-    int rc;
-    int64_t last = 0;
-    size_t bytes = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        /* A page stops at limit, or where its bodies would pass
-         * ONCE_PAGE_BYTES (one row at least): the rest is the next page. */
-        size_t size = (size_t)sqlite3_column_bytes(st, E_BODY) + (size_t)sqlite3_column_bytes(st, E_HEADERS);
-        if (l->count == r->limit || (l->count > 0 && bytes + size > ONCE_PAGE_BYTES)) {
-            snprintf(l->next, sizeof l->next, "%lld", (long long)last);
-            break;
-        }
-        bytes += size;
-        int drc = ev_decode(st, &l->items[l->count]);
-        if (drc < 0) {
-            store_op_fail(op, drc, "list: cannot read an event");
-            sq_done(st);
-            return;
-        }
-        last = sqlite3_column_int64(st, E_ID);
-        l->count++;
-    }
-    sq_done(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        sq_fail_sql(op, c, rc, "list events");
-        return;
-    }
-    op->rc = ONCE_OK;
+    sq_read_page(c, op, st, &sq_event_rows, r->limit, &items, &op->ev_list->count, op->ev_list->next);
+    op->ev_list->items = items;
 }
 
 static void op_redeliver(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
+    sqlite3_stmt *st = ev_select(c, op);
     if (!st)
         return;
-    sq_bind_text(st, 1, op->scope);
-    sq_bind_text(st, 2, op->event_id);
-    int rc = sqlite3_step(st);
-    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, E_ID) : 0;
+    int found = sq_step_row(c, op, st, "redeliver");
+    int64_t id = found == 1 ? sqlite3_column_int64(st, E_ID) : 0;
     sq_done(st);
-    if (rc == SQLITE_DONE) {
+    if (found == 0)
         store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
-        return;
-    }
-    if (rc != SQLITE_ROW) {
-        sq_fail_sql(op, c, rc, "redeliver");
-        return;
-    }
-    if (!(st = ev_stmt(c, op, EV_REDELIVER)))
+    if (found != 1 || !(st = ev_stmt(c, op, EV_REDELIVER)))
         return;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, op->now);
-    if (sq_write_step(c, op, st, "redeliver") == 0)
-        op->rc = ONCE_OK;
-}
-
-static void op_sweep(sq_conn *c, store_op *op)
-{
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SWEEP);
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 1, op->now);
-    if (sq_write_step(c, op, st, "sweep events") == 0) {
-        op->count = (size_t)sqlite3_changes(c->db);
-        op->rc = ONCE_OK;
-    }
+    sq_write_finish(c, op, st, "redeliver");
 }
 
 void sq_event_run(sq_conn *c, store_op *op)
@@ -400,7 +350,7 @@ void sq_event_run(sq_conn *c, store_op *op)
     case OP_EV_GET: op_get(c, op); break;
     case OP_EV_LIST: op_list(c, op); break;
     case OP_EV_REDELIVER: op_redeliver(c, op); break;
-    case OP_EV_SWEEP: op_sweep(c, op); break;
+    case OP_EV_SWEEP: sq_op_bulk(c, op, ev_stmt(c, op, EV_SWEEP), "sweep events"); break;
     default: store_op_fail(op, ONCE_EINVAL, "unknown operation %d", (int)op->kind); break;
     }
 }

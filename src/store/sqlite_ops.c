@@ -18,7 +18,7 @@
 #define COLS                                                                                        \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
-    "provider_id, error, note, lookups, trail"
+    "provider_id, error, note, lookups, trail, resp_not_stored"
 
 enum {
     C_ID,
@@ -42,7 +42,8 @@ enum {
     C_ERROR,
     C_NOTE,
     C_LOOKUPS,
-    C_TRAIL
+    C_TRAIL,
+    C_RESP_NOT_STORED
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -54,10 +55,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_REARM] = "UPDATE actions SET state = 'pending', attempt = attempt + 1, token = ?2, updated_at = ?3, "
                  "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
                  "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
-                 "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0 WHERE id = ?1",
+                 "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0, "
+                 "resp_not_stored = 0 WHERE id = ?1",
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
-                    "updated_at = ?8, expires_at = ?8 + retention_ms WHERE id = ?1",
+                    "updated_at = ?8, expires_at = ?8 + retention_ms, resp_not_stored = ?9 WHERE id = ?1",
     /* A hold keeps the error that made the action unknown after its reason. */
     [ST_SET_STATE] = "UPDATE actions SET state = ?2, error = CASE WHEN ?3 IS NULL THEN error "
                      "WHEN error IS NULL OR ?2 <> 'held' THEN ?3 ELSE ?3 || ' (after: ' || error || ')' END, "
@@ -255,6 +257,7 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->note = sq_col_dup(st, C_NOTE, NULL, &ok);
     a->lookups = sqlite3_column_int64(st, C_LOOKUPS);
     a->trail = sq_col_dup(st, C_TRAIL, NULL, &ok);
+    a->response.body_not_stored = sqlite3_column_int64(st, C_RESP_NOT_STORED);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -272,13 +275,7 @@ static int row_find(sq_conn *c, store_op *op, sqlite3_stmt **out)
         return -1;
     sq_bind_text(st, 1, op->scope);
     sq_bind_text(st, 2, op->key);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    sq_fail_sql(op, c, rc, "select");
-    return -1;
+    return sq_step_row(c, op, st, "select");
 }
 
 /* Finds the row and its head, failing op with ENOTFOUND if absent. */
@@ -311,6 +308,19 @@ static int row_need_unknown(sq_conn *c, store_op *op, row_head *h, int held_too,
     return -1;
 }
 
+/* Every lookup by a key steps the same way: one place tells a row, none
+ * and an error apart. */
+int sq_step_row(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    sq_fail_sql(op, c, rc, what);
+    return -1;
+}
+
 int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
     int rc = sqlite3_step(st);
@@ -322,50 +332,138 @@ int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
     return 0;
 }
 
-static int fingerprints_differ(const char *a, const char *b)
+/* Most operations end with one write whose success is theirs. */
+void sq_write_finish(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
-    return a && b && strcmp(a, b) != 0;
+    if (sq_write_step(c, op, st, what) == 0)
+        op->rc = ONCE_OK;
 }
 
-/* Answers a reservation from an existing row when the row alone decides it.
- * st is positioned on the row. Returns 1 answered, 0 needs a write. */
+/* The bulk writes answer with the rows they changed. */
+static void write_count(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
+{
+    if (sq_write_step(c, op, st, what) == 0) {
+        op->count = (size_t)sqlite3_changes(c->db);
+        op->rc = ONCE_OK;
+    }
+}
+
+/* The sweeps of both tables are one statement bound to now. */
+void sq_op_bulk(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
+{
+    if (!st)
+        return;
+    sqlite3_bind_int64(st, 1, op->now);
+    write_count(c, op, st, what);
+}
+
+/* Gets of actions and of events end alike: one home for the answer. */
+void sq_finish_get(store_op *op, sqlite3_stmt *st, int found, const sq_rows *rows, void *item, const char *name)
+{
+    if (found == 1) {
+        int rc = rows->decode(st, item);
+        if (rc < 0)
+            store_op_fail(op, rc, "cannot read the %s", rows->kind);
+        else
+            op->rc = ONCE_OK;
+    } else if (found == 0) {
+        store_op_fail(op, ONCE_ENOTFOUND, "no %s %s/%s", rows->kind, op->scope, name);
+    }
+    if (st)
+        sq_done(st);
+}
+
+/* The bytes of the current row that count against ONCE_PAGE_BYTES. */
+static size_t row_bytes(sqlite3_stmt *st, const sq_rows *rows)
+{
+    size_t size = 0;
+    for (size_t i = 0; i < sizeof rows->size_cols / sizeof rows->size_cols[0]; i++) {
+        if (rows->size_cols[i] >= 0)
+            size += (size_t)sqlite3_column_bytes(st, rows->size_cols[i]);
+    }
+    return size;
+}
+
+/* Pages of actions and of events are cut alike: one loop for both. */
+int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows, size_t limit, void **items,
+                 size_t *count, char next[ONCE_CURSOR_MAX])
+{
+    unsigned char *v = calloc(limit, rows->item_size);
+    *items = v;
+    if (!v) {
+        sq_done(st);
+        store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
+        return op->rc;
+    }
+    sqlite3_bind_int64(st, 1, op->after_id);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)limit + 1);
+    int rc;
+    int64_t last_id = 0;
+    size_t bytes = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        /* A page stops at limit, or where its bodies would pass
+         * ONCE_PAGE_BYTES (one row at least): the rest is the next page. */
+        size_t size = row_bytes(st, rows);
+        if (*count == limit || (*count > 0 && bytes + size > ONCE_PAGE_BYTES)) {
+            snprintf(next, ONCE_CURSOR_MAX, "%lld", (long long)last_id);
+            break;
+        }
+        bytes += size;
+        int drc = rows->decode(st, v + *count * rows->item_size);
+        if (drc < 0) {
+            store_op_fail(op, drc, "list: cannot read %s", rows->noun);
+            sq_done(st);
+            return op->rc;
+        }
+        last_id = sqlite3_column_int64(st, rows->id_col);
+        (*count)++;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        sq_fail_sql(op, c, rc, rows->list_what);
+    else
+        op->rc = ONCE_OK;
+    sq_done(st);
+    return op->rc;
+}
+
+/* The statement i of a row's update, prepared, with the row's id as ?1;
+ * NULL (op failed) when it cannot be prepared. */
+static sqlite3_stmt *row_stmt(sq_conn *c, store_op *op, enum sq_stmt i, int64_t id)
+{
+    sqlite3_stmt *st = stmt(c, op, i);
+    if (st)
+        sqlite3_bind_int64(st, 1, id);
+    return st;
+}
+
+/* A response as four parameters from ?i: whether there is one, its status,
+ * headers and body (complete and reconcile store it alike). */
+static void bind_response(sqlite3_stmt *st, int i, const once_response *resp)
+{
+    sqlite3_bind_int(st, i, resp != NULL);
+    if (!resp)
+        return;
+    sqlite3_bind_int(st, i + 1, resp->status);
+    if (resp->headers)
+        sqlite3_bind_text64(st, i + 2, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
+    sq_bind_blob(st, i + 3, resp->body, resp->body_len);
+}
+
+/* Answers a reservation from an existing row when the row alone decides it
+ * (ledger_decide_reservation). st is positioned on the row. Returns 1
+ * answered, 0 needs a write. */
 static int reserve_answer(sqlite3_stmt *st, const row_head *h, store_op *op)
 {
-    once_reservation *res = op->res;
     once_reserve_status status;
-    switch (h->state) {
-    case ONCE_STATE_COMPLETED:
-        if (h->expires_at > op->now) {
-            status = ONCE_COMPLETED;
-            break;
-        }
+    if (!ledger_decide_reservation(h->state, h->lease_expires_at, h->expires_at, op->now, op->rreq->retry_unknown,
+                                   &status))
         return 0;
-    case ONCE_STATE_PENDING:
-        if (h->lease_expires_at > op->now) {
-            status = ONCE_IN_FLIGHT;
-            break;
-        }
-        return 0;
-    case ONCE_STATE_UNKNOWN:
-    case ONCE_STATE_HELD:
-        /* A provider that dedupes on the key makes a resend harmless. */
-        if (op->rreq->retry_unknown)
-            return 0;
-        status = h->state == ONCE_STATE_UNKNOWN ? ONCE_UNKNOWN : ONCE_HELD;
-        break;
-    default: return 0;
-    }
-    int rc = row_decode(st, &res->action);
+    int rc = row_decode(st, &op->res->action);
     if (rc < 0) {
         store_op_fail(op, rc, "reserve: cannot read the row");
         return 1;
     }
-    res->status = status;
-    res->attempt = h->attempt;
-    if (status == ONCE_IN_FLIGHT)
-        res->lease_expires_at = h->lease_expires_at;
-    if (status == ONCE_COMPLETED)
-        res->fingerprint_mismatch = fingerprints_differ(op->rreq->fingerprint, res->action.fingerprint);
+    ledger_answer_reservation(op->res, status, op->rreq->fingerprint);
     op->rc = ONCE_OK;
     return 1;
 }
@@ -389,6 +487,37 @@ int sq_reserve_read(sq_conn *c, store_op *op)
     return answered;
 }
 
+/* Moves the row to state to (asserted against the machine) with text as its
+ * error (ST_SET_STATE says how) and expires_at; what names the write. 0, or
+ * -1 with op failed. */
+static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to, const char *text,
+                     int64_t expires_at, const char *what)
+{
+    ONCE_ASSERT(ledger_transition_allowed(h->state, to));
+    sqlite3_stmt *st = row_stmt(c, op, ST_SET_STATE, h->id);
+    if (!st)
+        return -1;
+    sq_bind_text(st, 2, once_state_name(to));
+    sq_bind_text(st, 3, text);
+    sqlite3_bind_int64(st, 4, op->now);
+    sqlite3_bind_int64(st, 5, expires_at);
+    return sq_write_step(c, op, st, what);
+}
+
+/* A new attempt's columns from ?i on, in the order ST_INSERT and ST_REARM
+ * share: its token, now, the end of its lease, the retention, the request's
+ * fingerprint and the request. */
+static void bind_attempt(sqlite3_stmt *st, int i, const store_op *op)
+{
+    const once_reserve_req *r = op->rreq;
+    sq_bind_text(st, i, op->token);
+    sqlite3_bind_int64(st, i + 1, op->now);
+    sqlite3_bind_int64(st, i + 2, op->now + r->lease_ms);
+    sqlite3_bind_int64(st, i + 3, r->retention_ms);
+    sq_bind_text(st, i + 4, r->fingerprint);
+    sq_bind_blob(st, i + 5, r->request, r->request_len);
+}
+
 static void reserved(store_op *op, int64_t attempt)
 {
     once_reservation *res = op->res;
@@ -402,18 +531,12 @@ static void reserved(store_op *op, int64_t attempt)
 static void op_reserve(sq_conn *c, store_op *op)
 {
     const once_reserve_req *r = op->rreq;
-    int64_t lease = op->now + r->lease_ms;
     sqlite3_stmt *st = stmt(c, op, ST_INSERT);
     if (!st)
         return;
     sq_bind_text(st, 1, r->scope);
     sq_bind_text(st, 2, r->key);
-    sq_bind_text(st, 3, op->token);
-    sqlite3_bind_int64(st, 4, op->now);
-    sqlite3_bind_int64(st, 5, lease);
-    sqlite3_bind_int64(st, 6, r->retention_ms);
-    sq_bind_text(st, 7, r->fingerprint);
-    sq_bind_blob(st, 8, r->request, r->request_len);
+    bind_attempt(st, 3, op);
     if (sq_write_step(c, op, st, "reserve") < 0)
         return;
     /* The unique constraint decided: one insert wins, the rest read. */
@@ -443,20 +566,11 @@ static void op_reserve(sq_conn *c, store_op *op)
     if (h.state == ONCE_STATE_PENDING && !r->retry_unknown) {
         /* The lease ran out and no loop has noticed yet. The attempt may
          * have acted: never hand the key to a new attempt. */
-        ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_UNKNOWN));
-        if (!(st = stmt(c, op, ST_SET_STATE)))
-            return;
-        sqlite3_bind_int64(st, 1, h.id);
-        sq_bind_text(st, 2, "unknown");
-        sq_bind_text(st, 3, ONCE_REASON_LEASE_EXPIRED);
-        sqlite3_bind_int64(st, 4, op->now);
-        sqlite3_bind_int64(st, 5, 0);
-        if (sq_write_step(c, op, st, "reserve: expire lease") < 0)
+        if (set_state(c, op, &h, ONCE_STATE_UNKNOWN, ONCE_REASON_LEASE_EXPIRED, 0, "reserve: expire lease") < 0)
             return;
         int found = row_find(c, op, &st);
         if (found == 1 && row_decode(st, &op->res->action) == ONCE_OK) {
-            op->res->status = ONCE_UNKNOWN;
-            op->res->attempt = h.attempt;
+            ledger_answer_reservation(op->res, ONCE_UNKNOWN, r->fingerprint);
             op->rc = ONCE_OK;
         } else if (found >= 0) {
             store_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
@@ -468,15 +582,9 @@ static void op_reserve(sq_conn *c, store_op *op)
     /* RELEASED, COMPLETED past its retention, or (natively deduped) UNKNOWN,
      * HELD or an expired lease: a new attempt. */
     ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_PENDING));
-    if (!(st = stmt(c, op, ST_REARM)))
+    if (!(st = row_stmt(c, op, ST_REARM, h.id)))
         return;
-    sqlite3_bind_int64(st, 1, h.id);
-    sq_bind_text(st, 2, op->token);
-    sqlite3_bind_int64(st, 3, op->now);
-    sqlite3_bind_int64(st, 4, lease);
-    sqlite3_bind_int64(st, 5, r->retention_ms);
-    sq_bind_text(st, 6, r->fingerprint);
-    sq_bind_blob(st, 7, r->request, r->request_len);
+    bind_attempt(st, 2, op);
     if (sq_write_step(c, op, st, "reserve again") < 0)
         return;
     reserved(op, h.attempt + 1);
@@ -509,39 +617,15 @@ static void op_complete(sq_conn *c, store_op *op)
         return;
     }
     ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_COMPLETED));
-    sqlite3_stmt *st = stmt(c, op, ST_COMPLETE);
+    sqlite3_stmt *st = row_stmt(c, op, ST_COMPLETE, h.id);
     if (!st)
         return;
-    const once_response *resp = op->resp;
-    sqlite3_bind_int64(st, 1, h.id);
-    sqlite3_bind_int(st, 2, resp != NULL);
-    if (resp) {
-        sqlite3_bind_int(st, 3, resp->status);
-        if (resp->headers)
-            sqlite3_bind_text64(st, 4, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
-        sq_bind_blob(st, 5, resp->body, resp->body_len);
-    }
+    bind_response(st, 2, op->resp);
     sq_bind_text(st, 6, op->provider_id);
     sq_bind_text(st, 7, late);
     sqlite3_bind_int64(st, 8, op->now);
-    if (sq_write_step(c, op, st, "complete") == 0)
-        op->rc = ONCE_OK;
-}
-
-static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to, const char *text,
-                     int64_t expires_at)
-{
-    ONCE_ASSERT(ledger_transition_allowed(h->state, to));
-    int64_t id = h->id;
-    sqlite3_stmt *st = stmt(c, op, ST_SET_STATE);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    sq_bind_text(st, 2, once_state_name(to));
-    sq_bind_text(st, 3, text);
-    sqlite3_bind_int64(st, 4, op->now);
-    sqlite3_bind_int64(st, 5, expires_at);
-    return sq_write_step(c, op, st, "update state");
+    sqlite3_bind_int64(st, 9, op->resp ? op->resp->body_not_stored : 0);
+    sq_write_finish(c, op, st, "complete");
 }
 
 static void op_settle(sq_conn *c, store_op *op)
@@ -559,7 +643,7 @@ static void op_settle(sq_conn *c, store_op *op)
         return;
     }
     int64_t expires = op->to == ONCE_STATE_RELEASED ? op->now + h.retention_ms : 0;
-    if (set_state(c, op, &h, op->to, op->text, expires) == 0)
+    if (set_state(c, op, &h, op->to, op->text, expires, "update state") == 0)
         op->rc = ONCE_OK;
 }
 
@@ -575,10 +659,9 @@ static void op_renew(sq_conn *c, store_op *op)
         return;
     }
     int64_t until = op->now + op->lease_ms;
-    sqlite3_stmt *st = stmt(c, op, ST_RENEW);
+    sqlite3_stmt *st = row_stmt(c, op, ST_RENEW, h.id);
     if (!st)
         return;
-    sqlite3_bind_int64(st, 1, h.id);
     sqlite3_bind_int64(st, 2, until);
     if (sq_write_step(c, op, st, "renew") < 0)
         return;
@@ -587,23 +670,29 @@ static void op_renew(sq_conn *c, store_op *op)
     op->rc = ONCE_OK;
 }
 
+/* How the operator's and the reconciler's updates start: row_need_unknown,
+ * then statement i for the row (row_stmt). NULL when op failed. */
+static sqlite3_stmt *unknown_row_stmt(sq_conn *c, store_op *op, row_head *h, int held_too, const char *verb,
+                                      enum sq_stmt i)
+{
+    if (row_need_unknown(c, op, h, held_too, verb) < 0)
+        return NULL;
+    return row_stmt(c, op, i, h->id);
+}
+
 static void op_resolve(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need_unknown(c, op, &h, 1, "resolved") < 0)
-        return;
-    ONCE_ASSERT(ledger_transition_allowed(h.state, op->outcome == ONCE_OUTCOME_COMPLETED ? ONCE_STATE_COMPLETED
-                                                                                        : ONCE_STATE_RELEASED));
-    sqlite3_stmt *st = stmt(c, op, ST_RESOLVE);
+    sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 1, "resolved", ST_RESOLVE);
     if (!st)
         return;
-    sqlite3_bind_int64(st, 1, h.id);
-    sq_bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
+    once_state to = ledger_outcome_state(op->outcome);
+    ONCE_ASSERT(ledger_transition_allowed(h.state, to));
+    sq_bind_text(st, 2, once_state_name(to));
     sq_bind_text(st, 3, op->provider_id);
     sq_bind_text(st, 4, op->text);
     sqlite3_bind_int64(st, 5, op->now);
-    if (sq_write_step(c, op, st, "resolve") == 0)
-        op->rc = ONCE_OK;
+    sq_write_finish(c, op, st, "resolve");
 }
 
 static void op_hold(sq_conn *c, store_op *op)
@@ -611,20 +700,8 @@ static void op_hold(sq_conn *c, store_op *op)
     row_head h;
     if (row_need_unknown(c, op, &h, 0, "held") < 0)
         return;
-    if (set_state(c, op, &h, ONCE_STATE_HELD, op->text, 0) == 0)
+    if (set_state(c, op, &h, ONCE_STATE_HELD, op->text, 0, "update state") == 0)
         op->rc = ONCE_OK;
-}
-
-static void op_bulk(sq_conn *c, store_op *op, enum sq_stmt which, const char *what)
-{
-    sqlite3_stmt *st = stmt(c, op, which);
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 1, op->now);
-    if (sq_write_step(c, op, st, what) == 0) {
-        op->count = (size_t)sqlite3_changes(c->db);
-        op->rc = ONCE_OK;
-    }
 }
 
 static void op_hold_all(sq_conn *c, store_op *op)
@@ -636,10 +713,7 @@ static void op_hold_all(sq_conn *c, store_op *op)
     sq_bind_text(st, 2, op->text);
     sq_bind_text(st, 3, op->scope);
     sq_bind_text(st, 4, op->receipt); /* the except list travels in this slot */
-    if (sq_write_step(c, op, st, "hold unknown") == 0) {
-        op->count = (size_t)sqlite3_changes(c->db);
-        op->rc = ONCE_OK;
-    }
+    write_count(c, op, st, "hold unknown");
 }
 
 /* Claims due lookups: each row's next lookup moves out by the lease, so no
@@ -673,9 +747,8 @@ static void op_rc_claim(sq_conn *c, store_op *op)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!(st = stmt(c, op, ST_RC_CLAIM)))
+        if (!(st = row_stmt(c, op, ST_RC_CLAIM, ids[i])))
             goto out;
-        sqlite3_bind_int64(st, 1, ids[i]);
         sqlite3_bind_int64(st, 2, op->now + op->lease_ms);
         if (sq_write_step(c, op, st, "reconcile claim") < 0)
             goto out;
@@ -703,108 +776,62 @@ out:
 static void op_rc_settle(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need_unknown(c, op, &h, 0, "reconciled") < 0)
-        return;
-    sqlite3_stmt *st = stmt(c, op, ST_RC_SETTLE);
+    sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_SETTLE);
     if (!st)
         return;
-    const once_response *resp = op->outcome == ONCE_OUTCOME_COMPLETED ? op->resp : NULL;
-    sqlite3_bind_int64(st, 1, h.id);
-    sq_bind_text(st, 2, op->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
-    sqlite3_bind_int(st, 3, resp != NULL);
-    if (resp) {
-        sqlite3_bind_int(st, 4, resp->status);
-        if (resp->headers)
-            sqlite3_bind_text64(st, 5, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
-        sq_bind_blob(st, 6, resp->body, resp->body_len);
-    }
-    sq_bind_text(st, 7, op->outcome == ONCE_OUTCOME_COMPLETED ? op->provider_id : NULL);
+    /* op carries a response and a provider id only for a completed outcome
+     * (store_queue_reconcile). */
+    sq_bind_text(st, 2, once_state_name(ledger_outcome_state(op->outcome)));
+    bind_response(st, 3, op->resp);
+    sq_bind_text(st, 7, op->provider_id);
     sqlite3_bind_int64(st, 8, op->now);
     sq_bind_text(st, 9, op->text);
-    if (sq_write_step(c, op, st, "reconcile") == 0)
-        op->rc = ONCE_OK;
+    sq_write_finish(c, op, st, "reconcile");
 }
 
 static void op_rc_failed(sq_conn *c, store_op *op)
 {
     row_head h;
-    if (row_need_unknown(c, op, &h, 0, "reconciled") < 0)
-        return;
-    sqlite3_stmt *st = stmt(c, op, ST_RC_FAILED);
+    sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_FAILED);
     if (!st)
         return;
-    sqlite3_bind_int64(st, 1, h.id);
     sqlite3_bind_int64(st, 2, op->now + op->delay_ms);
     sqlite3_bind_int64(st, 3, op->now);
     sqlite3_bind_int(st, 4, op->dead);
     sq_bind_text(st, 5, op->text);
-    if (sq_write_step(c, op, st, "reconcile failed") == 0)
-        op->rc = ONCE_OK;
+    sq_write_finish(c, op, st, "reconcile failed");
 }
 
-static void op_get(sq_conn *c, store_op *op)
+/* ---- reads ---- */
+
+/* row_decode as sq_rows wants it: into an item of any kind. */
+static int action_item(sqlite3_stmt *st, void *item)
 {
-    sqlite3_stmt *st;
-    int found = row_find(c, op, &st);
-    if (found == 1) {
-        int rc = row_decode(st, op->action);
-        if (rc < 0)
-            store_op_fail(op, rc, "get: cannot read the row");
-        else
-            op->rc = ONCE_OK;
-    } else if (found == 0) {
-        store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
-    }
-    if (st)
-        sq_done(st);
+    return row_decode(st, item);
 }
+
+const sq_rows sq_action_rows = {action_item, sizeof(once_action), C_ID, {C_REQUEST, C_RESP_BODY, C_RESP_HEADERS},
+                                "action", "a row", "list"};
 
 static void op_list(sq_conn *c, store_op *op)
 {
     const once_list_req *r = op->lreq;
-    once_action_list *l = op->list;
+    void *items = NULL;
     sqlite3_stmt *st = stmt(c, op, ST_LIST);
     if (!st)
         return;
-    l->items = calloc(r->limit, sizeof *l->items);
-    if (!l->items) {
-        store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
-        return;
-    }
-    sqlite3_bind_int64(st, 1, op->after_id);
     sq_bind_text(st, 2, r->state ? once_state_name(r->state) : NULL);
     sq_bind_text(st, 3, r->scope);
-    /* One row more than asked tells whether another page exists. */
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->limit + 1);
-    int rc;
-    int64_t last_id = 0;
-    size_t bytes = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        /* A page stops at limit, or where its bodies would pass
-         * ONCE_PAGE_BYTES (one row at least): the rest is the next page. */
-        size_t size = (size_t)sqlite3_column_bytes(st, C_REQUEST) + (size_t)sqlite3_column_bytes(st, C_RESP_BODY) +
-                      (size_t)sqlite3_column_bytes(st, C_RESP_HEADERS);
-        if (l->count == r->limit || (l->count > 0 && bytes + size > ONCE_PAGE_BYTES)) {
-            snprintf(l->next, sizeof l->next, "%lld", (long long)last_id);
-            break;
-        }
-        bytes += size;
-        int drc = row_decode(st, &l->items[l->count]);
-        if (drc < 0) {
-            store_op_fail(op, drc, "list: cannot read a row");
-            sq_done(st);
-            return;
-        }
-        last_id = sqlite3_column_int64(st, C_ID);
-        l->count++;
-    }
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        sq_fail_sql(op, c, rc, "list");
-        sq_done(st);
-        return;
-    }
-    sq_done(st);
-    op->rc = ONCE_OK;
+    sq_read_page(c, op, st, &sq_action_rows, r->limit, &items, &op->list->count, op->list->next);
+    op->list->items = items;
+}
+
+/* An action by its name: the row, decoded (sq_finish_get). */
+static void op_get(sq_conn *c, store_op *op)
+{
+    sqlite3_stmt *st;
+    int found = row_find(c, op, &st);
+    sq_finish_get(op, st, found, &sq_action_rows, op->action, op->key);
 }
 
 static void op_ping(sq_conn *c, store_op *op)
@@ -831,8 +858,8 @@ void sq_op_run(sq_conn *c, store_op *op)
     case OP_RENEW: op_renew(c, op); break;
     case OP_RESOLVE: op_resolve(c, op); break;
     case OP_HOLD: op_hold(c, op); break;
-    case OP_EXPIRE: op_bulk(c, op, ST_EXPIRE, "expire leases"); break;
-    case OP_SWEEP: op_bulk(c, op, ST_SWEEP, "sweep"); break;
+    case OP_EXPIRE: sq_op_bulk(c, op, stmt(c, op, ST_EXPIRE), "expire leases"); break;
+    case OP_SWEEP: sq_op_bulk(c, op, stmt(c, op, ST_SWEEP), "sweep"); break;
     case OP_HOLD_ALL: op_hold_all(c, op); break;
     case OP_RC_CLAIM: op_rc_claim(c, op); break;
     case OP_RC_SETTLE: op_rc_settle(c, op); break;

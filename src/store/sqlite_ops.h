@@ -78,18 +78,56 @@ int sq_bind_text(sqlite3_stmt *st, int i, const char *s);
 int sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);
 /* Fails op with the connection's error for a SQLite result code. */
 void sq_fail_sql(store_op *op, sq_conn *c, int rc, const char *what);
+/* Steps a bound SELECT: 1 a row is current on st, 0 there is none, -1 op
+ * failed (what names the step). The caller resets st. */
+int sq_step_row(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
 /* Steps a bound write statement and resets it; 0, or -1 with op failed. */
 int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
+/* sq_write_step for an operation's last write: op succeeds when it does. */
+void sq_write_finish(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
+/* A bulk operation (expire, sweep, the event sweep): st, prepared (NULL: op
+ * failed already), gets now as ?1; op counts the rows it changed. */
+void sq_op_bulk(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
 /* A heap copy of column i (text or blob), NULL for SQL NULL; *ok cleared
  * when an allocation fails. */
 void *sq_col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok);
 
-/* The webhook event operations (sqlite_events.c). */
-void sq_event_run(sq_conn *c, store_op *op);
-/* 1 when (source, event_id) is stored, 0 when not, -1 on error (op failed). */
+/* A kind of row that the shared readers below decode: actions, events. */
+typedef struct sq_rows {
+    int (*decode)(sqlite3_stmt *st, void *item); /* the current row into item */
+    size_t item_size;                            /* of one item */
+    int id_col;                                  /* the row id: a page's cursor */
+    int size_cols[3];                            /* bytes that count against ONCE_PAGE_BYTES; -1 pads */
+    const char *kind;                            /* "action", "event": in details */
+    const char *noun;                            /* one row, in details */
+    const char *list_what;                       /* a failed page, in details */
+} sq_rows;
+
+extern const sq_rows sq_action_rows; /* sqlite_ops.c */
+extern const sq_rows sq_event_rows;  /* sqlite_events.c */
+
+/* The end of a get by name: the row found on st (found 1) decoded into item,
+ * or ENOTFOUND for scope/name (found 0; -1: op failed already). Resets st
+ * (NULL: it could not be prepared). */
+void sq_finish_get(store_op *op, sqlite3_stmt *st, int found, const sq_rows *rows, void *item, const char *name);
+
+/* Reads a page of a list statement: st is prepared with its filters bound
+ * (?2, ?3); this binds ?1, the id the page starts after (op->after_id), and
+ * ?4, one row more than limit (it tells whether a next page exists). At most
+ * limit rows go into *items (a new array, the caller's even when a row
+ * fails) and *count, cut where their bodies would pass ONCE_PAGE_BYTES (one
+ * row at least); next gets the cursor of the rest. Sets op->rc and returns
+ * it; resets st. */
+int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows, size_t limit, void **items,
+                 size_t *count, char next[ONCE_CURSOR_MAX]);
+
 /* The ledger's code for an SQLite result code. */
 int sq_errcode(int rc);
 
+/* The webhook event operations (sqlite_events.c). */
+void sq_event_run(sq_conn *c, store_op *op);
+/* 1 when (source, event_id) or the digest is stored, 0 when not, -1 on
+ * error (op failed). */
 int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev);
 
 #endif

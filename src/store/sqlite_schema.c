@@ -77,6 +77,9 @@ static const char *const migrations[] = {
      * cover (GitHub's delivery id): the body's digest, unique per source. */
     ("ALTER TABLE events ADD COLUMN digest TEXT;"
      "CREATE UNIQUE INDEX events_digest ON events (source, digest) WHERE digest IS NOT NULL;"),
+    /* 5: a completed action whose answer was delivered but not stored (a
+     * stream longer than max_response): its length. */
+    "ALTER TABLE actions ADD COLUMN resp_not_stored INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

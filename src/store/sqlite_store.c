@@ -32,11 +32,10 @@
 #define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
 
 typedef struct sq_store {
-    struct once_store base; /* first: the ledger sees a once_store */
+    store_head head; /* first: the ledger sees a once_store, op.c the queue */
     char *path;
     int memory;
     sq_conn writer;
-    batchq queue;
     pthread_t writer_thread;
     int writer_started;
 
@@ -74,20 +73,13 @@ static int code_of(int sqlrc)
     }
 }
 
-/* Fails ops [from, n) that had succeeded: their transaction did not commit,
- * so nothing they reported is true. */
+/* Fails the ops that had succeeded: their transaction did not commit, so
+ * nothing they reported is true. */
 static void batch_void(store_op **ops, size_t n, int code, const char *why, const char *msg)
 {
     for (size_t i = 0; i < n; i++) {
-        if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE) {
-            if (ops[i]->kind == OP_RESERVE)
-                once_reservation_free(ops[i]->res);
-            if (ops[i]->kind == OP_EV_CLAIM)
-                once_event_list_free(ops[i]->ev_list);
-            if (ops[i]->kind == OP_RC_CLAIM)
-                once_action_list_free(ops[i]->list);
-            store_op_fail(ops[i], code, "%s: %s", why, msg);
-        }
+        if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE)
+            store_op_void(ops[i], code, "%s: %s", why, msg);
     }
 }
 
@@ -110,15 +102,8 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
             char msg[ONCE_DETAIL_MAX];
             memcpy(msg, ops[i]->detail, sizeof msg);
             int code = ops[i]->rc;
-            for (size_t j = 0; j < n; j++) {
-                if (ops[j]->kind == OP_RESERVE)
-                    once_reservation_free(ops[j]->res);
-                if (ops[j]->kind == OP_EV_CLAIM)
-                    once_event_list_free(ops[j]->ev_list);
-                if (ops[j]->kind == OP_RC_CLAIM)
-                    once_action_list_free(ops[j]->list);
-                store_op_fail(ops[j], code, "the transaction was rolled back: %s", msg);
-            }
+            for (size_t j = 0; j < n; j++)
+                store_op_void(ops[j], code, "the transaction was rolled back: %s", msg);
             return;
         }
     }
@@ -131,9 +116,9 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
         return;
     }
     FAULT_POINT("after_commit");
-    once_commit_hook hook = s->base.commit_hook;
+    once_commit_hook hook = s->head.base.commit_hook;
     if (hook)
-        hook(s->base.commit_hook_ctx, n, clock_mono_seconds() - t0);
+        hook(s->head.base.commit_hook_ctx, n, clock_mono_seconds() - t0);
 }
 
 static void *writer_main(void *arg)
@@ -141,9 +126,9 @@ static void *writer_main(void *arg)
     sq_store *s = arg;
     bq_item *items[BATCH_MAX];
     size_t n;
-    while ((n = bq_take(&s->queue, items, BATCH_MAX)) > 0) {
+    while ((n = bq_take(&s->head.queue, items, BATCH_MAX)) > 0) {
         batch_run(s, (store_op **)items, n);
-        bq_finish(&s->queue, items, n);
+        bq_finish(&s->head.queue, items, n);
     }
     return NULL;
 }
@@ -267,32 +252,20 @@ static void pool_put(sq_store *s, sq_conn *c)
 
 /* ---- running operations ------------------------------------------------ */
 
-static int op_result(store_op *op)
-{
-    return store_op_result(op);
-}
-
-static int run_write(sq_store *s, store_op *op)
-{
-    return store_op_submit_wait(&s->queue, op);
-}
-
-static int run_async(sq_store *s, const store_op *op, once_cb cb, void *ctx)
-{
-    return store_op_submit_async(&s->queue, op, cb, ctx);
-}
-
+/* A read runs on a pooled connection in the caller's thread, against the last
+ * committed snapshot; an in-memory store has only the writer's connection,
+ * so there a read queues like a write. */
 static int run_read(sq_store *s, store_op *op)
 {
     if (s->memory)
-        return run_write(s, op);
+        return store_queue_op(&s->head.base, op, NULL, NULL);
     sq_conn *c;
     int rc = pool_get(s, &c);
     if (rc < 0)
         return rc;
     sq_op_run(c, op);
     pool_put(s, c);
-    return op_result(op);
+    return store_op_result(op);
 }
 
 void sqlite_store_global_init(void)
@@ -310,7 +283,6 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
                        void *ctx)
 {
     sq_store *s = sq(st);
-    char token[ONCE_TOKEN_LEN + 1];
     once_reserve_req rq = *req; /* request_fn is resolved into it below */
     store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = &rq, .res = out};
     /* A replay or a conflict is decided by one indexed read, without the
@@ -325,126 +297,22 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
         int answered = sq_reserve_read(c, &op);
         pool_put(s, c);
         if (answered) {
-            rc = op_result(&op);
+            rc = store_op_result(&op);
             return cb && rc == ONCE_OK ? 1 : rc;
         }
         once_reservation_free(out);
     }
-    int rc = store_reserve_request(&rq);
-    if (rc < 0 || (rc = once_token_new(token)) < 0)
-        return rc;
-    op.token = token;
-    return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);
-}
-
-static int sqs_complete(once_store *st, const char *scope, const char *key, const char *token,
-                        const once_response *resp, const char *provider_id, int64_t now, once_cb cb,
-                        void *ctx)
-{
-    store_op op = {.kind = OP_COMPLETE, .now = now, .scope = scope, .key = key, .token = token, .resp = resp,
-                .provider_id = provider_id};
-    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
-}
-
-static int sqs_settle(once_store *st, const char *scope, const char *key, const char *token, once_state to,
-                      const char *error, int64_t now, once_cb cb, void *ctx)
-{
-    store_op op = {.kind = OP_SETTLE, .now = now, .scope = scope, .key = key, .token = token, .to = to,
-                .text = error};
-    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
-}
-
-static int sqs_renew(once_store *st, const char *scope, const char *key, const char *token, int64_t lease_ms,
-                     int64_t *lease_out, int64_t now, once_cb cb, void *ctx)
-{
-    store_op op = {.kind = OP_RENEW, .now = now, .scope = scope, .key = key, .token = token, .lease_ms = lease_ms,
-                   .lease_out = lease_out};
-    return cb ? run_async(sq(st), &op, cb, ctx) : run_write(sq(st), &op);
+    return store_queue_reserve(st, &op, &rq, cb, ctx);
 }
 
 static int sqs_get(once_store *st, const char *scope, const char *key, once_action *out)
 {
-    store_op op = {.kind = OP_GET, .scope = scope, .key = key, .action = out};
-    return run_read(sq(st), &op);
+    return run_read(sq(st), &(store_op){.kind = OP_GET, .scope = scope, .key = key, .action = out});
 }
 
 static int sqs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
-    store_op op = {.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out};
-    return run_read(sq(st), &op);
-}
-
-static int sqs_resolve(once_store *st, const char *scope, const char *key, once_outcome outcome,
-                       const char *provider_id, const char *note, int64_t now)
-{
-    store_op op = {.kind = OP_RESOLVE, .now = now, .scope = scope, .key = key, .outcome = outcome,
-                .provider_id = provider_id, .text = note};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_expire(once_store *st, int64_t now, size_t *count)
-{
-    store_op op = {.kind = OP_EXPIRE, .now = now};
-    int rc = run_write(sq(st), &op);
-    *count = op.count;
-    return rc;
-}
-
-static int sqs_hold(once_store *st, const char *scope, const char *key, const char *reason, int64_t now)
-{
-    store_op op = {.kind = OP_HOLD, .now = now, .scope = scope, .key = key, .text = reason};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_sweep(once_store *st, int64_t now, size_t *count)
-{
-    store_op op = {.kind = OP_SWEEP, .now = now};
-    int rc = run_write(sq(st), &op);
-    *count = op.count;
-    return rc;
-}
-
-static int sqs_hold_unknown(once_store *st, const char *scope, const char *except, const char *reason, int64_t now,
-                            size_t *count)
-{
-    store_op op = {.kind = OP_HOLD_ALL, .now = now, .scope = scope, .receipt = except, .text = reason};
-    int rc = run_write(sq(st), &op);
-    *count = op.count;
-    return rc;
-}
-
-/* Through the writer, in its transaction: ready means a write would
- * commit (a locked or read-only file fails here, not on a request). */
-static int sqs_ping(once_store *st)
-{
-    store_op op = {.kind = OP_PING};
-    return run_write(sq(st), &op);
-}
-
-/* ---- reconciliation -------------------------------------------------------- */
-
-static int sqs_reconcile_claim(once_store *st, const char *scope, size_t max, int64_t lease_ms, int64_t settle_ms,
-                               int64_t now, once_action_list *out)
-{
-    store_op op = {.kind = OP_RC_CLAIM, .now = now, .scope = scope, .max = max, .lease_ms = lease_ms,
-                   .delay_ms = settle_ms, .list = out};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_reconcile(once_store *st, const char *scope, const char *key, once_outcome outcome,
-                         const once_response *resp, const char *provider_id, const char *step, int64_t now)
-{
-    store_op op = {.kind = OP_RC_SETTLE, .now = now, .scope = scope, .key = key, .outcome = outcome, .resp = resp,
-                   .provider_id = provider_id, .text = step};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_reconcile_failed(once_store *st, const char *scope, const char *key, int64_t delay_ms, int hold,
-                                const char *step, int64_t now)
-{
-    store_op op = {.kind = OP_RC_FAILED, .now = now, .scope = scope, .key = key, .delay_ms = delay_ms, .dead = hold,
-                   .text = step};
-    return run_write(sq(st), &op);
+    return run_read(sq(st), &(store_op){.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out});
 }
 
 /* ---- webhook events ---------------------------------------------------- */
@@ -463,54 +331,23 @@ static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now
         int found = sq_event_exists(c, &op, ev);
         pool_put(s, c);
         if (found < 0)
-            return op_result(&op);
+            return store_op_result(&op);
         if (found) {
             *inserted = 0;
             return cb ? 1 : ONCE_OK;
         }
     }
-    return cb ? run_async(s, &op, cb, ctx) : run_write(s, &op);
-}
-
-static int sqs_event_claim(once_store *st, const char *source, size_t max, int64_t lease_ms, int64_t now,
-                           once_event_list *out)
-{
-    store_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms, .ev_list = out};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_event_settle(once_store *st, const char *source, const char *receipt, int ack, int64_t delay_ms,
-                            int dead, const char *error, int64_t now)
-{
-    store_op op = {.kind = OP_EV_SETTLE, .now = now, .scope = source, .receipt = receipt, .ack = ack,
-                .delay_ms = delay_ms, .dead = dead, .text = error};
-    return run_write(sq(st), &op);
+    return store_queue_op(st, &op, cb, ctx);
 }
 
 static int sqs_event_get(once_store *st, const char *source, const char *event_id, once_event *out)
 {
-    store_op op = {.kind = OP_EV_GET, .scope = source, .event_id = event_id, .event = out};
-    return run_read(sq(st), &op);
+    return run_read(sq(st), &(store_op){.kind = OP_EV_GET, .scope = source, .event_id = event_id, .event = out});
 }
 
 static int sqs_event_list(once_store *st, const once_event_list_req *req, int64_t after_id, once_event_list *out)
 {
-    store_op op = {.kind = OP_EV_LIST, .ev_lreq = req, .after_id = after_id, .ev_list = out};
-    return run_read(sq(st), &op);
-}
-
-static int sqs_event_redeliver(once_store *st, const char *source, const char *event_id, int64_t now)
-{
-    store_op op = {.kind = OP_EV_REDELIVER, .now = now, .scope = source, .event_id = event_id};
-    return run_write(sq(st), &op);
-}
-
-static int sqs_event_sweep(once_store *st, int64_t now, size_t *count)
-{
-    store_op op = {.kind = OP_EV_SWEEP, .now = now};
-    int rc = run_write(sq(st), &op);
-    *count = op.count;
-    return rc;
+    return run_read(sq(st), &(store_op){.kind = OP_EV_LIST, .ev_lreq = req, .after_id = after_id, .ev_list = out});
 }
 
 /* ---- open and close ---------------------------------------------------- */
@@ -519,7 +356,7 @@ static void sqs_close(once_store *st)
 {
     sq_store *s = sq(st);
     if (s->writer_started) {
-        bq_close(&s->queue);
+        bq_close(&s->head.queue);
         pthread_join(s->writer_thread, NULL);
     }
     if (s->ckpt_started) {
@@ -535,7 +372,7 @@ static void sqs_close(once_store *st)
     }
     if (s->writer.db)
         sq_conn_close(&s->writer);
-    bq_destroy(&s->queue);
+    bq_destroy(&s->head.queue);
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* after every connection: the lock outlives the serving */
     pthread_cond_destroy(&s->ckpt_cv);
@@ -610,31 +447,11 @@ static int sqs_lock(once_store *st)
 
 static const store_vtable sqlite_vtable = {
     .name = "sqlite",
-    .reserve = sqs_reserve,
-    .complete = sqs_complete,
-    .settle = sqs_settle,
-    .renew = sqs_renew,
-    .get = sqs_get,
-    .list = sqs_list,
-    .resolve = sqs_resolve,
-    .expire_leases = sqs_expire,
-    .hold = sqs_hold,
-    .sweep = sqs_sweep,
-    .hold_unknown = sqs_hold_unknown,
-    .reconcile_claim = sqs_reconcile_claim,
-    .reconcile = sqs_reconcile,
-    .reconcile_failed = sqs_reconcile_failed,
-    .event_insert = sqs_event_insert,
-    .event_claim = sqs_event_claim,
-    .event_settle = sqs_event_settle,
-    .event_get = sqs_event_get,
-    .event_list = sqs_event_list,
-    .event_redeliver = sqs_event_redeliver,
-    .event_sweep = sqs_event_sweep,
-    .ping = sqs_ping,
-    .set_wal_limit = sqs_set_wal_limit,
-    .wal_bytes = sqs_wal_bytes,
-    .lock = sqs_lock,
+    STORE_QUEUE_ENTRIES,
+    /* the writes a read may answer first; the reads; the WAL and the lock */
+    .reserve = sqs_reserve, .event_insert = sqs_event_insert,
+    .get = sqs_get, .list = sqs_list, .event_get = sqs_event_get, .event_list = sqs_event_list,
+    .set_wal_limit = sqs_set_wal_limit, .wal_bytes = sqs_wal_bytes, .lock = sqs_lock,
     .close = sqs_close,
 };
 
@@ -643,12 +460,12 @@ int sqlite_store_open(const char *path, once_store **out)
     sq_store *s = calloc(1, sizeof *s);
     if (!s)
         return once_fail(ONCE_ENOMEM, "store: out of memory");
-    s->base.vt = &sqlite_vtable;
+    s->head.base.vt = &sqlite_vtable;
     s->memory = strcmp(path, ":memory:") == 0;
     s->wal_limit = WAL_LIMIT_DEFAULT;
     s->lock_fd = -1;
     s->path = once_memdup0(path, strlen(path));
-    if (!s->path || bq_init(&s->queue) < 0) {
+    if (!s->path || bq_init(&s->head.queue) < 0) {
         free(s->path);
         free(s);
         return once_fail(ONCE_ENOMEM, "store: out of memory");
@@ -674,12 +491,5 @@ int sqlite_store_open(const char *path, once_store **out)
         else
             s->writer_started = 1;
     }
-    if (rc < 0) {
-        char detail[ONCE_DETAIL_MAX];
-        snprintf(detail, sizeof detail, "%s", once_errdetail());
-        sqs_close(&s->base);
-        return once_fail(rc, "%s", detail);
-    }
-    *out = &s->base;
-    return ONCE_OK;
+    return store_finish_open(&s->head.base, rc, out);
 }

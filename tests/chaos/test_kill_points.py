@@ -92,6 +92,47 @@ def test_proxy_sigkill_at_phase(point, store_kind, tmp_path, provider, gateways,
     g.stop()
 
 
+@pytest.mark.ci
+def test_proxy_sigkill_mid_stream(store_kind, tmp_path, provider, gateways, row):
+    """A streamed LLM answer (text/event-stream) is being relayed when the gateway is
+    SIGKILLed: the caller has some frames, the provider has generated (and billed) it.
+    After the restart the action is held for a human, never sent again."""
+    row(f"proxy: SIGKILL mid-stream (2 of 10 frames relayed) -> held, never resent [{store_kind}]")
+    g = _gateway(tmp_path, provider, store_kind, gateways)
+    g.start()
+    key = new_key("stream")
+    body = {"intent": key, "model": "fake", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    hdr = {"X-Fake-Stream-Frames": "10", "X-Fake-Stream-Gap-Ms": "200", "Idempotency-Key": key}
+    r = requests.post(f"{g.url}/v1/proxy/demo/chat/completions", json=body, headers=hdr, stream=True, timeout=15)
+    assert r.status_code == 200 and r.headers.get("Once-Outcome") == "streaming", answer_of(r)
+    seen = b""
+    for piece in r.iter_content(chunk_size=None):
+        seen += piece
+        if seen.count(b"part ") >= 2:
+            break
+    g.kill()
+    r.close()
+    row.set(store=store_kind, intents=1, kills=1).note(f"caller saw {seen.count(b'part ')} frames before the kill")
+    assert provider.count() == 1
+
+    set_server(g, loop_interval=FAST_LOOP)
+    g.start()
+    rec = wait_settled(g, "demo", key)
+    row.note(f"after restart: {rec['state']}")
+    assert rec["state"] == "held", rec
+    answers = []
+    for _ in range(3):
+        a = send(g, key, body, path="/chat/completions", headers={"X-Fake-Stream-Frames": "10"})
+        answers.append(answer_of(a))
+        assert not isinstance(a, Exception) and a.status_code == 409, answer_of(a)
+    row.note("retries: " + ",".join(answers))
+    time.sleep(1.0)
+    n = provider.count()
+    row.set(effects=n)
+    assert n == 1, f"resent: {n} effects"
+    g.stop()
+
+
 # --------------------------------------------------------------------------- webhooks
 
 def _hook_gateway(tmp_path, sources, store_kind, gateways, loop=QUIET_LOOP):

@@ -20,6 +20,21 @@ headers so that a test can ask for it through the gateway:
                               with X-Fake-Close: before-effect the effect is then never recorded)
     X-Fake-Total-Tokens: N    usage.total_tokens of a chat completion (default 123)
 
+Streamed answers: an effect whose JSON body has "stream": true, to a path ending in
+/chat/completions (OpenAI chat), /responses (OpenAI Responses) or /messages (Anthropic), is
+answered as text/event-stream in HTTP/1.1 chunks, one event per chunk, in that provider's
+shape, ending with its final event ([DONE], response.completed, message_stop). Each content
+event says "generation N, part I". Usage is in the final events (for chat only with
+"stream_options": {"include_usage": true}, as OpenAI does), totalling X-Fake-Total-Tokens.
+    X-Fake-Stream-Frames: N     content events (default 5)
+    X-Fake-Stream-Gap-Ms: N     wait N ms before each content event after the first
+    X-Fake-Stream-Frame-Bytes: N  pad each content event's text to N bytes
+    X-Fake-Stream-Cut-After: K  send K content events, then close the connection without the
+                                final event and without the last chunk (a cut stream)
+    X-Fake-Stream-No-Final: 1   leave the final event out, but end the chunked body cleanly
+The effect record gets stream_first_sent / stream_last_sent (time.time() when the first and
+the last event were written) and stream_bytes (the body bytes sent).
+
 Chat completions: an effect to a path ending in /chat/completions is answered like an LLM
 API, {"id":"chatcmpl-N","object":"chat.completion","choices":[{"message":{"content":
 "generation N ..."}}],"usage":{"prompt_tokens","completion_tokens","total_tokens"}}, so each
@@ -367,6 +382,11 @@ class _Handler(BaseHTTPRequestHandler):
             "headers": [v.split(":", 1) for v in h.get_all("X-Fake-Header", []) if ":" in v],
             "stall_ms": int(h.get("X-Fake-Stall-Ms") or 0),
             "total_tokens": int(h.get("X-Fake-Total-Tokens") or 123),
+            "stream_frames": int(h.get("X-Fake-Stream-Frames") or 5),
+            "stream_gap_ms": int(h.get("X-Fake-Stream-Gap-Ms") or 0),
+            "stream_frame_bytes": int(h.get("X-Fake-Stream-Frame-Bytes") or 0),
+            "stream_cut_after": int(h["X-Fake-Stream-Cut-After"]) if h.get("X-Fake-Stream-Cut-After") else None,
+            "stream_no_final": (h.get("X-Fake-Stream-No-Final") or "").strip() not in ("", "0"),
         }
 
     def _handle(self):
@@ -452,6 +472,9 @@ class _Handler(BaseHTTPRequestHandler):
                               head_only=method == "HEAD")
 
         try:
+            shape = self._stream_shape(rec, body) if seq is not None else None
+            if shape:
+                return self._stream(rec, seq, faults, shape, json.loads(body))
             status, headers, rbody = self._answer(rec, seq, faults, body)
             if native_entry is not None:
                 # The effect is performed and its answer decided now; only a plain delay
@@ -484,6 +507,109 @@ class _Handler(BaseHTTPRequestHandler):
                     native_entry["done"] = True
             with st.lock:
                 st.in_flight = max(0, st.in_flight - 1)
+
+    @staticmethod
+    def _stream_shape(rec, body):
+        """The provider shape of a streamed request, or None."""
+        try:
+            doc = json.loads(body or b"null")
+        except ValueError:
+            return None
+        if not isinstance(doc, dict) or doc.get("stream") is not True:
+            return None
+        for suffix, shape in (("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "anthropic")):
+            if rec["path"].endswith(suffix):
+                return shape
+        return None
+
+    @staticmethod
+    def _stream_events(seq, faults, shape, doc):
+        """The (name, data) events of a streamed answer, content events marked."""
+        total = faults["total_tokens"]
+        prompt = total // 3
+        pad = faults["stream_frame_bytes"]
+        texts = []
+        for i in range(faults["stream_frames"]):
+            t = f"generation {seq}, part {i + 1}. "
+            texts.append(t + "x" * max(0, pad - len(t)))
+        cid = f"chatcmpl-{seq}"
+        if shape == "chat":
+            ev = [(None, {"id": cid, "object": "chat.completion.chunk", "created": 1, "model": "fake",
+                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": t},
+                                       "finish_reason": None}]}, True) for t in texts]
+            ev.append((None, {"id": cid, "object": "chat.completion.chunk", "created": 1, "model": "fake",
+                              "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, False))
+            if (doc.get("stream_options") or {}).get("include_usage"):
+                ev.append((None, {"id": cid, "object": "chat.completion.chunk", "created": 1, "model": "fake",
+                                  "choices": [], "usage": {"prompt_tokens": prompt,
+                                                           "completion_tokens": total - prompt,
+                                                           "total_tokens": total}}, False))
+            ev.append((None, "[DONE]", False))
+            return ev
+        if shape == "responses":
+            rid = f"resp_{seq}"
+            ev = [("response.created", {"type": "response.created", "response": {"id": rid, "status": "in_progress"}},
+                   False)]
+            ev += [("response.output_text.delta", {"type": "response.output_text.delta", "delta": t}, True)
+                   for t in texts]
+            ev.append(("response.completed", {"type": "response.completed", "response": {
+                "id": rid, "status": "completed",
+                "usage": {"input_tokens": prompt, "output_tokens": total - prompt, "total_tokens": total}}}, False))
+            return ev
+        mid = f"msg_{seq}"
+        ev = [("message_start", {"type": "message_start", "message": {"id": mid, "usage": {
+            "input_tokens": prompt, "output_tokens": 1}}}, False)]
+        ev += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                        "delta": {"type": "text_delta", "text": t}}, True) for t in texts]
+        ev.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                     "usage": {"output_tokens": total - prompt}}, False))
+        ev.append(("message_stop", {"type": "message_stop"}, False))
+        return ev
+
+    def _stream(self, rec, seq, faults, shape, doc):
+        """Answers an event stream in chunks, one event each; cut on request."""
+        st = self.server.state
+        self.send_response(faults["status"])
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-Provider-Request", str(seq))
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        sent = 0
+        content = 0
+        cut = faults["stream_cut_after"]
+        events = self._stream_events(seq, faults, shape, doc)
+        if faults["stream_no_final"]:
+            events = events[:-1]
+        for name, data, is_content in events:
+            if is_content:
+                if cut is not None and content >= cut:
+                    return self._abort()
+                if content > 0 and faults["stream_gap_ms"] > 0 and st.stopping.wait(faults["stream_gap_ms"] / 1000.0):
+                    return self._abort()
+                content += 1
+            elif cut is not None and content >= cut:
+                return self._abort()
+            frame = (f"event: {name}\n" if name else "") + "data: " + (
+                data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))) + "\n\n"
+            raw = frame.encode()
+            try:
+                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                self.wfile.flush()
+            except OSError:
+                return self._abort()
+            sent += len(raw)
+            now = time.time()
+            with st.lock:
+                rec.setdefault("stream_first_sent", now)
+                rec["stream_last_sent"] = now
+                rec["stream_bytes"] = sent
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            return self._abort()
 
     def _answer(self, rec, seq, faults, body):
         status = faults["status"]

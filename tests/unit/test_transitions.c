@@ -114,6 +114,42 @@ static void test_complete_null_response(void **state)
     once_reservation_free(&r);
 }
 
+/* A completed action whose answer was delivered but not stored (a stream
+ * longer than max_response): the length is kept and replayed by reserve,
+ * with no body; a body beside it, or a negative length, is refused. */
+static void test_complete_body_not_stored(void **state)
+{
+    th_env *e = *state;
+    char tok[33];
+    th_reserve_new(e->st, S, "k", tok, 1);
+    once_response bad = {.status = 200, .body = (uint8_t *)"x", .body_len = 1, .body_not_stored = 5};
+    th_assert_rc(once_complete(e->st, S, "k", tok, &bad, NULL), ONCE_EINVAL);
+    bad = (once_response){.status = 200, .body_not_stored = -1};
+    th_assert_rc(once_complete(e->st, S, "k", tok, &bad, NULL), ONCE_EINVAL);
+    once_response resp = {.status = 200, .headers = "[[\"Content-Type\",\"text/event-stream\"]]",
+                          .headers_len = 38, .body_not_stored = 70000000};
+    th_assert_rc(once_complete(e->st, S, "k", tok, &resp, NULL), 0);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    assert_int_equal(a.state, ONCE_STATE_COMPLETED);
+    assert_int_equal(a.response.body_not_stored, 70000000);
+    assert_null(a.response.body);
+    once_action_free(&a);
+    once_reserve_req req = th_req(S, "k", 60000);
+    once_reservation r;
+    th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
+    assert_int_equal(r.action.response.body_not_stored, 70000000);
+    assert_int_equal(r.action.response.status, 200);
+    once_reservation_free(&r);
+    /* Other rows say 0. */
+    th_reserve_new(e->st, S, "k2", tok, 1);
+    resp.body_not_stored = 0;
+    th_assert_rc(once_complete(e->st, S, "k2", tok, &resp, NULL), 0);
+    th_get(e->st, S, "k2", &a);
+    assert_int_equal(a.response.body_not_stored, 0);
+    once_action_free(&a);
+}
+
 /* A completed row is replayed by reserve: the exact stored record, and
  * fingerprint_mismatch says whether the request differs. */
 static void test_replay_completed(void **state)
@@ -876,6 +912,9 @@ int main(void)
         P(test_complete),
         T(test_complete_null_response),
         P(test_complete_null_response),
+        T(test_complete_body_not_stored),
+        M(test_complete_body_not_stored),
+        P(test_complete_body_not_stored),
         T(test_replay_completed),
         M(test_replay_completed),
         P(test_replay_completed),
