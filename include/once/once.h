@@ -10,6 +10,12 @@
  *                          \--release--> released --reserve--> pending (attempt+1)
  *   unknown | held --resolve--> completed | released
  *
+ * With an approval (once_reserve_req.approval_ttl_ms), nothing is sent
+ * before a human says yes:
+ *
+ *   (none) --reserve--> awaiting_approval --approve, claim--> pending ...
+ *                          \--deny / nobody decided in time--> denied
+ *
  * Conventions (libuv/curl style):
  *  - Every function that can fail returns an int: 0 (ONCE_OK) on success or
  *    a negative ONCE_E* code. once_strerror() names a code; once_errdetail()
@@ -102,7 +108,9 @@ typedef enum once_state {
     ONCE_STATE_COMPLETED = 2,
     ONCE_STATE_RELEASED = 3,
     ONCE_STATE_UNKNOWN = 4,
-    ONCE_STATE_HELD = 5
+    ONCE_STATE_HELD = 5,
+    ONCE_STATE_AWAITING_APPROVAL = 6, /* stored; nothing sent until a human approves (once_approve) */
+    ONCE_STATE_DENIED = 7             /* a human said no, or nobody decided in time: final */
 } once_state;
 
 /* "pending", "completed", ... ; NULL for a value outside the enum. */
@@ -135,8 +143,8 @@ typedef struct once_action {
     int64_t attempt;          /* 1 for the first reservation */
     int64_t created_at;
     int64_t updated_at;
-    int64_t lease_expires_at; /* of the current attempt */
-    int64_t expires_at;       /* completed/released rows are swept after this; 0 otherwise */
+    int64_t lease_expires_at; /* of the current attempt; AWAITING_APPROVAL: the decision deadline */
+    int64_t expires_at;       /* completed/released/denied rows are swept after this; 0 otherwise */
     int64_t retention_ms;     /* how long a completed/released row is kept */
     char *fingerprint;        /* of the current attempt's request; may be NULL */
     uint8_t *request;         /* request metadata of the current attempt; may be NULL */
@@ -147,7 +155,10 @@ typedef struct once_action {
     char *error;              /* last error (release/unknown/expiry reason); may be NULL */
     char *note;               /* resolution note, late completion note; may be NULL */
     int64_t lookups;          /* provider lookups tried for this unknown action */
-    char *trail;              /* reconciliation steps, one per line, oldest first; may be NULL */
+    char *trail;              /* reconciliation steps and approval decisions, one per line, oldest
+                                 first; may be NULL */
+    int64_t approved_at;      /* AWAITING_APPROVAL: when a human approved it, waiting to be sent
+                                 (0: not decided); kept after it is sent */
 } once_action;
 
 /* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
@@ -234,14 +245,26 @@ typedef struct once_reserve_req {
      * (nothing is written). The limits of `request` apply to what it gives. */
     int (*request_fn)(void *arg, const uint8_t **data, size_t *len);
     void *request_arg;
+    /* > 0: where the answer would be RESERVED (a new row, or a new attempt
+     * after a release or an ended retention), the row instead waits for a
+     * human (AWAITING_APPROVAL, no token); nothing may be sent until a
+     * gateway claims it approved (once_approval_claim). Undecided after
+     * approval_ttl_ms (at most ONCE_APPROVAL_TTL_MAX_MS) it is denied
+     * (once_expire_approvals). Rows in other states answer as always. */
+    int64_t approval_ttl_ms;
 } once_reserve_req;
+
+#define ONCE_APPROVAL_TTL_MAX_MS (30LL * 24 * 3600 * 1000)
 
 typedef enum once_reserve_status {
     ONCE_RESERVED = 1,   /* go ahead: token, attempt and lease are yours */
     ONCE_COMPLETED = 2,  /* done before: replay action.response */
     ONCE_IN_FLIGHT = 3,  /* another attempt holds a live lease until lease_expires_at */
     ONCE_UNKNOWN = 4,    /* may have happened: never resend without reconciling */
-    ONCE_HELD = 5        /* waiting for a human (see action.error) */
+    ONCE_HELD = 5,       /* waiting for a human (see action.error) */
+    ONCE_AWAITING_APPROVAL = 6, /* stored (now, or before) and waiting for a human's approval;
+                                   action is the row; nothing may be sent */
+    ONCE_DENIED = 7      /* a human denied it or nobody decided in time (action.note says which) */
 } once_reserve_status;
 
 /* "reserved", "completed", ...; NULL outside the enum. */
@@ -260,9 +283,13 @@ typedef struct once_reservation {
 ONCE_API void once_reservation_free(once_reservation *r);
 
 /* Reserves (scope, key) for one attempt. Returns 0 and an answer in *out, or
- * an error. RESERVED is durable (committed and synced) before this returns.
- * A RELEASED row, or a COMPLETED one past its retention, is reserved again
- * with attempt + 1. A PENDING row whose lease has passed becomes UNKNOWN.
+ * an error. RESERVED (and a row that starts to await approval) is durable
+ * (committed and synced) before this returns.
+ * A RELEASED row, or a COMPLETED or DENIED one past its retention, is
+ * reserved again with attempt + 1 (or waits for approval again, with
+ * approval_ttl_ms; its approval is forgotten). A row AWAITING_APPROVAL
+ * answers AWAITING_APPROVAL, a DENIED one within its retention DENIED,
+ * whatever the request asks. A PENDING row whose lease has passed becomes UNKNOWN.
  * The unique constraint decides races between threads and processes. */
 ONCE_API int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out);
 
@@ -357,8 +384,8 @@ ONCE_API int once_expire_leases(once_store *store, int64_t now, size_t *count);
 /* UNKNOWN -> HELD with reason (may be NULL). Anything else is ONCE_ESTATE. */
 ONCE_API int once_hold(once_store *store, const char *scope, const char *key, const char *reason);
 
-/* Deletes COMPLETED and RELEASED rows whose retention ended at or before now.
- * Never touches PENDING, UNKNOWN or HELD. *count (may be NULL) gets how many. */
+/* Deletes COMPLETED, RELEASED and DENIED rows whose retention ended at or
+ * before now. Never touches PENDING, UNKNOWN, HELD or AWAITING_APPROVAL. *count (may be NULL) gets how many. */
 ONCE_API int once_sweep(once_store *store, int64_t now, size_t *count);
 
 /* Moves every UNKNOWN row (of scope, or of every scope when scope is NULL)
@@ -369,6 +396,46 @@ ONCE_API int once_hold_unknown(once_store *store, const char *scope, const char 
  * whose unknown actions a provider lookup settles instead). */
 ONCE_API int once_hold_unknown_except(once_store *store, const char *const *except, size_t nexcept, const char *reason,
                              size_t *count);
+
+/* ---- approvals: a human says yes before the effect ---------------------- */
+
+/* A human's decision on an AWAITING_APPROVAL action. who names the decider
+ * (an operator token's name, "cli"; printable ASCII, at most 64 bytes) and
+ * note (may be NULL) why; both go into the trail ("approved by WHO: NOTE"),
+ * stamped with the time. Durable before they return.
+ *
+ * once_approve marks the action approved: it stays AWAITING_APPROVAL until
+ * a gateway claims it (once_approval_claim) and sends exactly the stored
+ * request. Approving an approved action again is 0 and changes nothing,
+ * whatever its state since (waiting for its sender, being sent, settled), so
+ * two concurrent approvals send once. once_deny moves it to DENIED, with
+ * note as the action's note; final (retries are refused) until its
+ * retention ends. Errors: ONCE_ENOTFOUND; ONCE_ESTATE for any other state
+ * (approve: of an action never approved), and for a deny of an approved
+ * action (it is being sent); ONCE_EINVAL. */
+ONCE_API int once_approve(once_store *store, const char *scope, const char *key, const char *who, const char *note);
+ONCE_API int once_deny(once_store *store, const char *scope, const char *key, const char *who, const char *note);
+
+/* Denies every undecided AWAITING_APPROVAL row (of scope, or of every scope
+ * when scope is NULL) whose decision deadline (lease_expires_at) passed at
+ * or before now: note "approval expired (nobody decided within
+ * approve_ttl)", a trail line "expired: nobody decided within approve_ttl",
+ * kept for its retention as a denial is. Approved rows wait for their
+ * sender and never expire. *count (may be NULL) gets how many. */
+ONCE_API int once_expire_approvals(once_store *store, const char *scope, int64_t now, size_t *count);
+
+/* Takes one approved action of scope to send: AWAITING_APPROVAL (approved)
+ * -> PENDING with a fresh token and a lease of lease_ms, fenced as a
+ * reservation is (one claimer wins, across processes and nodes). Returns 1
+ * with *out filled as a RESERVED reservation whose action is the row (its
+ * stored request included), 0 when none is waiting (*out zeroed), or an
+ * error. The claimer then sends, and records with complete / release /
+ * mark_unknown under the token, as for any reservation. */
+ONCE_API int once_approval_claim(once_store *store, const char *scope, int64_t lease_ms, once_reservation *out);
+
+/* When the oldest undecided AWAITING_APPROVAL action (any scope) was
+ * created, into *created_at (0 when none waits). */
+ONCE_API int once_approval_oldest(once_store *store, int64_t *created_at);
 
 /* ---- reconciliation: ask the provider, never resend --------------------- */
 

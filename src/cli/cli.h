@@ -1,9 +1,9 @@
 /*
  * cli.h — what the `once` subcommands share: the global context (which store
- * to open), the exit-code policy, error reporting, option and operand
- * parsing, running on an open store, output helpers, and the listing and
- * one-record views. Each subcommand lives in its own cmd_*.c and is listed
- * in main.c's table.
+ * to open, which command runs), the exit-code policy, error reporting,
+ * option and operand parsing, running on an open store, output helpers, and
+ * the listing and one-record views. Each subcommand's code lives in its own
+ * cmd_*.c (cli_X_run); main.c's table lists them, one row each.
  */
 #ifndef ONCE_CLI_CLI_H
 #define ONCE_CLI_CLI_H
@@ -25,15 +25,19 @@ enum cli_exit {
 
 #define CLI_DEFAULT_STORE "sqlite:once.db"
 
+struct cli_command;
+
 typedef struct cli_ctx {
-    const char *store_url; /* --store, else $ONCE_STORE, else the default */
-    int store_given;       /* --store was on the command line (serve: it beats the file) */
-    int exit_code;         /* when option parsing answered CLI_GETOPT_DONE: the exit code */
+    const char *store_url;         /* --store, else $ONCE_STORE, else the default */
+    int store_given;               /* --store was on the command line (serve: it beats the file) */
+    int exit_code;                 /* when option parsing answered CLI_GETOPT_DONE: the exit code */
+    const struct cli_command *cmd; /* the command running (cli_run_command): its usage and help */
 } cli_ctx;
 
 typedef int (*cli_run_fn)(cli_ctx *ctx, int argc, char **argv);
 
-/* One subcommand. argv[0] of run is the command's name; options may come
+/* One row of a command table (main.c's; cmd_hooks.c's for its
+ * subcommands). argv[0] of run is the command's name; options may come
  * anywhere after it, --store included. */
 typedef struct cli_command {
     const char *name;
@@ -44,13 +48,34 @@ typedef struct cli_command {
     int no_store;        /* it opens no store: its help does not list --store */
 } cli_command;
 
-extern const cli_command cli_cmd_ls;
-extern const cli_command cli_cmd_show;
-extern const cli_command cli_cmd_resolve;
-extern const cli_command cli_cmd_gc;
-extern const cli_command cli_cmd_serve;
-extern const cli_command cli_cmd_check_config;
-extern const cli_command cli_cmd_hooks;
+/* ---- the commands (cmd_*.c), listed in main.c's table ---- */
+
+/* Each runs its command as cli_run_command starts it: ctx->cmd is its row,
+ * argv[0] its name. Returns the exit code. */
+int cli_serve_run(cli_ctx *ctx, int argc, char **argv);
+int cli_check_config_run(cli_ctx *ctx, int argc, char **argv);
+int cli_ls_run(cli_ctx *ctx, int argc, char **argv);
+int cli_show_run(cli_ctx *ctx, int argc, char **argv);
+int cli_resolve_run(cli_ctx *ctx, int argc, char **argv);
+int cli_gc_run(cli_ctx *ctx, int argc, char **argv);
+int cli_hooks_run(cli_ctx *ctx, int argc, char **argv);
+/* approve and deny: argv[0] (the row's name) says which. */
+int cli_decide_run(cli_ctx *ctx, int argc, char **argv);
+
+/* Their help texts, the rest of `once help CMD`, each kept next to the
+ * code it describes (show's is cli_record_help). */
+extern const char cli_serve_help[];
+extern const char cli_check_config_help[];
+extern const char cli_ls_help[];
+extern const char cli_resolve_help[];
+extern const char cli_gc_help[];
+extern const char cli_hooks_help[];
+extern const char cli_decide_help[];
+
+/* Runs cmd on argv (argv[0] is its name): sets ctx->cmd to it, so every
+ * message of its own and of the helpers carries its usage, and restarts
+ * getopt. Returns cmd's exit code. */
+int cli_run_command(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv);
 
 /* ---- errors (cli_util.c) ---- */
 
@@ -97,25 +122,25 @@ int cli_exit_code(int rc);
 
 /* Takes one of a command's own options that getopt_long does not set by
  * itself: c is its value in the command's long options, value its argument
- * (NULL when it has none). Keeps it in arg, the command's own context, and
- * returns CLI_EXIT_OK, or reports a bad value and returns CLI_EXIT_USAGE. */
+ * (NULL when it has none), cmd the running command (for its usage). Keeps it
+ * in arg, the command's own context, and returns CLI_EXIT_OK, or reports a
+ * bad value and returns CLI_EXIT_USAGE. */
 typedef int (*cli_option_fn)(const cli_command *cmd, void *arg, int c, const char *value);
 
-/* Parses a subcommand's options with getopt_long, errors reported in our
- * format (opterr is off). shortopts is CLI_SHORTOPTS, then the command's
- * own; longopts the command's own rows, then CLI_LONGOPTS_COMMON. --store
- * updates ctx; --help prints cmd's help and ends the command; a row with a
- * flag pointer is set by getopt_long; any other option goes to take (NULL
- * when the command has none). Returns CLI_GETOPT_END, or CLI_GETOPT_DONE
- * with ctx->exit_code set. */
-int cli_parse_options(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
-                      const char *shortopts, const struct option *longopts, cli_option_fn take,
-                      void *arg);
+/* Parses the running command's options (ctx->cmd) with getopt_long, errors
+ * reported in our format with its usage (opterr is off). shortopts is
+ * CLI_SHORTOPTS, then the command's own; longopts the command's own rows,
+ * then CLI_LONGOPTS_COMMON. --store updates ctx; --help prints the command's
+ * help and ends it; a row with a flag pointer is set by getopt_long; any
+ * other option goes to take (NULL when the command has none). Returns
+ * CLI_GETOPT_END, or CLI_GETOPT_DONE with ctx->exit_code set. */
+int cli_parse_options(cli_ctx *ctx, int argc, char **argv, const char *shortopts,
+                      const struct option *longopts, cli_option_fn take, void *arg);
 
 /* cli_parse_options for a command that has no options of its own and takes
  * at most max operands: more give "too many arguments". Returns
  * CLI_GETOPT_END or CLI_GETOPT_DONE as cli_parse_options. */
-int cli_parse_operands(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv, int max);
+int cli_parse_operands(cli_ctx *ctx, int argc, char **argv, int max);
 
 /* Takes the two operands of a command that needs exactly two, named first
  * and second in its messages ("missing SCOPE and KEY", "missing KEY", "too
@@ -141,8 +166,8 @@ int cli_check_scope_key(const char *scope, const char *key);
  * Returns the exit code (cli_finish_stdout). */
 int cli_show_help(const cli_command *cmd);
 
-/* The command called name among the n of cmds, or NULL. */
-const cli_command *cli_find_command(const cli_command *const *cmds, size_t n, const char *name);
+/* The command called name among the n rows of table, or NULL. */
+const cli_command *cli_find_command(const cli_command *table, size_t n, const char *name);
 
 /* ---- stores (cli_util.c) ---- */
 
@@ -250,13 +275,12 @@ typedef struct cli_lister {
     void (*free_page)(void *list);
 } cli_lister;
 
-/* Runs a listing command: parses cmd's options (the filters, --limit N,
+/* Runs a listing command: parses its options (the filters, --limit N,
  * 1..100000, default 100, and --json) into list, a zeroed context, refuses
  * operands, then opens ctx's store and prints up to limit rows, page by
  * page, as a table or as a JSON array streamed out; errors are reported.
  * Returns the exit code, stdout flushed (cli_finish_stdout). */
-int cli_list_run(cli_ctx *ctx, const cli_command *cmd, const cli_lister *l, void *list, int argc,
-                 char **argv);
+int cli_list_run(cli_ctx *ctx, const cli_lister *l, void *list, int argc, char **argv);
 
 /* ---- one record (cli_record.c) ---- */
 
@@ -282,12 +306,14 @@ typedef struct cli_record_kind {
     void (*free_record)(void *rec);
 } cli_record_kind;
 
-/* Runs a one-record command: parses cmd's options (--json), takes and
+/* Runs a one-record command: parses its options (--json), takes and
  * checks its two operands, reads the record into rec (the caller's, zeroed)
  * with ctx's store open, then prints it with the store closed. Returns the
  * exit code, stdout flushed (cli_finish_stdout) once something is printed. */
-int cli_record_run(cli_ctx *ctx, const cli_command *cmd, const cli_record_kind *k, void *rec,
-                   int argc, char **argv);
+int cli_record_run(cli_ctx *ctx, const cli_record_kind *k, void *rec, int argc, char **argv);
+
+/* The help text of a one-record command: the options cli_record_run takes. */
+extern const char cli_record_help[];
 
 /* Flushes stdout. A failed write (full disk, closed pipe) must not pass for
  * success: it is reported and gives CLI_EXIT_STORE, the code for failures

@@ -135,15 +135,13 @@ static int list_option(const cli_command *cmd, void *arg, int c, const char *val
 }
 
 /* Everything is checked before the store is opened. */
-int cli_list_run(cli_ctx *ctx, const cli_command *cmd, const cli_lister *l, void *list, int argc,
-                 char **argv)
+int cli_list_run(cli_ctx *ctx, const cli_lister *l, void *list, int argc, char **argv)
 {
     list_run r = {.l = l, .list = list, .left = LIST_LIMIT_DEFAULT};
-    if (cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, l->longopts, list_option, &r) ==
-        CLI_GETOPT_DONE)
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, l->longopts, list_option, &r) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind < argc)
-        return cli_fail_quoted(cmd, "unexpected argument", argv[optind], "");
+        return cli_fail_quoted(ctx->cmd, "unexpected argument", argv[optind], "");
     int code = l->check(list);
     if (code != CLI_EXIT_OK)
         return code;

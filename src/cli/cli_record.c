@@ -35,20 +35,24 @@ static int record_print(const cli_record_kind *k, const void *rec, int json)
     return cli_finish_stdout(CLI_EXIT_OK);
 }
 
+/* The options cli_record_run takes, as the help of every one-record
+ * command describes them: said once, where they are parsed. */
+const char cli_record_help[] = "Options:\n"
+                               "  --json   the JSON record instead of field: value lines\n";
+
 /* The operands are checked before the store is opened, and the store is
  * open only while the record is read. */
-int cli_record_run(cli_ctx *ctx, const cli_command *cmd, const cli_record_kind *k, void *rec,
-                   int argc, char **argv)
+int cli_record_run(cli_ctx *ctx, const cli_record_kind *k, void *rec, int argc, char **argv)
 {
     int json = 0;
     const struct option opts[] = {
         {"json", no_argument, &json, 1},
         CLI_LONGOPTS_COMMON,
     };
-    if (cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, opts, NULL, NULL) == CLI_GETOPT_DONE)
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, NULL, NULL) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     record_read r = {.k = k, .rec = rec};
-    int code = cli_take_operand_pair(cmd, argc, argv, k->first, k->second, &r.first, &r.second);
+    int code = cli_take_operand_pair(ctx->cmd, argc, argv, k->first, k->second, &r.first, &r.second);
     if (code == CLI_EXIT_OK)
         code = k->check(r.first, r.second);
     if (code == CLI_EXIT_OK)

@@ -146,10 +146,10 @@ static int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **arg
 /* The one loop over the options of every subcommand. getopt_long answers 0
  * for a row with a flag pointer, which it has set. Without take, any other
  * value would be a bug: reported as an unexpected option. */
-int cli_parse_options(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
-                      const char *shortopts, const struct option *longopts, cli_option_fn take,
-                      void *arg)
+int cli_parse_options(cli_ctx *ctx, int argc, char **argv, const char *shortopts,
+                      const struct option *longopts, cli_option_fn take, void *arg)
 {
+    const cli_command *cmd = ctx->cmd;
     int c;
     while ((c = cli_getopt(ctx, cmd, argc, argv, shortopts, longopts)) != CLI_GETOPT_END) {
         if (c == CLI_GETOPT_DONE)
@@ -167,11 +167,11 @@ int cli_parse_options(cli_ctx *ctx, const cli_command *cmd, int argc, char **arg
 static const struct option cli_longopts_common[] = {CLI_LONGOPTS_COMMON};
 
 /* The same message for every such command that is given too many. */
-int cli_parse_operands(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv, int max)
+int cli_parse_operands(cli_ctx *ctx, int argc, char **argv, int max)
 {
-    int c = cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, cli_longopts_common, NULL, NULL);
+    int c = cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, cli_longopts_common, NULL, NULL);
     if (c == CLI_GETOPT_END && argc - optind > max)
-        return cli_getopt_done(ctx, cli_fail_usage(cmd, "too many arguments"));
+        return cli_getopt_done(ctx, cli_fail_usage(ctx->cmd, "too many arguments"));
     return c;
 }
 
@@ -241,13 +241,25 @@ int cli_show_help(const cli_command *cmd)
 }
 
 /* Names are unique in a table, so the first match is the one. */
-const cli_command *cli_find_command(const cli_command *const *cmds, size_t n, const char *name)
+const cli_command *cli_find_command(const cli_command *table, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(cmds[i]->name, name) == 0)
-            return cmds[i];
+        if (strcmp(table[i].name, name) == 0)
+            return &table[i];
     }
     return NULL;
+}
+
+/* The one way into a command, for main and for `once hooks`: whatever the
+ * command and the helpers report carries the usage of the command that runs,
+ * and 0 makes glibc's getopt start afresh at argv[1], with its argument
+ * permutation, so options may follow operands. */
+int cli_run_command(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
+{
+    ctx->cmd = cmd;
+    optind = 0;
+    opterr = 0;
+    return cmd->run(ctx, argc, argv);
 }
 
 /* Opens ctx's store; on failure reports it and returns the exit code. */

@@ -13,21 +13,6 @@
 /* Room for "file:line: what" with a quoted value or two. */
 #define CHECK_CONFIG_ERR_MAX 1024
 
-static int check_config_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_check_config = {
-    .name = "check-config",
-    .run = check_config_run,
-    .usage = "once check-config FILE",
-    .summary = "Check a gateway configuration file and exit.",
-    .help = "Loads FILE as 'once serve --config FILE' would, with $ONCE_LISTEN and\n"
-            "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams, M webhook sources)\".\n"
-            "On the first problem it prints \"once: FILE:LINE: what was wrong\" and exits 1;\n"
-            "a listen address off loopback without a tokens_file is such a problem.\n"
-            "Nothing is opened but FILE and the files its keys name.\n",
-    .no_store = 1,
-};
-
 /* Loads the file and reports; separate from the option parsing so the
  * check itself reads in one place. */
 static int check_config_file(const char *path)
@@ -54,11 +39,20 @@ static int check_config_file(const char *path)
     return cli_finish_stdout(CLI_EXIT_OK);
 }
 
-static int check_config_run(cli_ctx *ctx, int argc, char **argv)
+/* What the check does and prints, next to the code that does it. */
+const char cli_check_config_help[] =
+    "Loads FILE as 'once serve --config FILE' would, with $ONCE_LISTEN and\n"
+    "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams, M webhook sources)\".\n"
+    "On the first problem it prints \"once: FILE:LINE: what was wrong\" and exits 1;\n"
+    "a listen address off loopback without a tokens_file is such a problem.\n"
+    "Nothing is opened but FILE and the files its keys name.\n";
+
+/* One operand, the file; no options of its own. */
+int cli_check_config_run(cli_ctx *ctx, int argc, char **argv)
 {
-    if (cli_parse_operands(ctx, &cli_cmd_check_config, argc, argv, 1) == CLI_GETOPT_DONE)
+    if (cli_parse_operands(ctx, argc, argv, 1) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind == argc)
-        return cli_fail_usage(&cli_cmd_check_config, "no configuration file given");
+        return cli_fail_usage(ctx->cmd, "no configuration file given");
     return check_config_file(argv[optind]);
 }

@@ -5,16 +5,6 @@
  */
 #include "cli/cli.h"
 
-static int gc_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_gc = {
-    .name = "gc",
-    .run = gc_run,
-    .usage = "once gc",
-    .summary = "Delete completed and released actions past their retention.",
-    .help = "Pending, unknown and held actions are never deleted.\n",
-};
-
 /* The sweep on the open store: actions first, then webhook events. */
 static int gc_sweep(once_store *store, void *arg)
 {
@@ -31,9 +21,13 @@ static int gc_sweep(once_store *store, void *arg)
     return CLI_EXIT_OK;
 }
 
-static int gc_run(cli_ctx *ctx, int argc, char **argv)
+/* What the sweep spares, next to the sweep. */
+const char cli_gc_help[] = "Pending, unknown and held actions are never deleted.\n";
+
+/* No operands, no options of its own: the sweep and its one line. */
+int cli_gc_run(cli_ctx *ctx, int argc, char **argv)
 {
-    if (cli_parse_operands(ctx, &cli_cmd_gc, argc, argv, 0) == CLI_GETOPT_DONE)
+    if (cli_parse_operands(ctx, argc, argv, 0) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     return cli_finish_stdout(cli_run_on_store(ctx, gc_sweep, NULL));
 }

@@ -28,71 +28,6 @@
 
 enum { HOOKS_OPT_SOURCE = 2400, HOOKS_OPT_STATUS };
 
-static int hooks_run(cli_ctx *ctx, int argc, char **argv);
-static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv);
-static int hooks_show_run(cli_ctx *ctx, int argc, char **argv);
-static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_hooks = {
-    .name = "hooks",
-    .run = hooks_run,
-    .usage = "once hooks ls|show|redeliver [ARGS] (see 'once help hooks')",
-    .summary = "List, show or redeliver inbound webhook events.",
-    .help = "Subcommands:\n"
-            "  once hooks ls [--source S] [--status S] [--limit N] [--json]\n"
-            "      List events in arrival order: SOURCE EVENT_ID STATE ATTEMPT RECEIVED ERROR.\n"
-            "        --source S   only events of source S\n"
-            "        --status S   only events in state S: pending, delivered or dead\n"
-            "        --limit N    at most N events, 1..100000 (default 100)\n"
-            "        --json       a JSON array of records instead of a table\n"
-            "  once hooks show SOURCE ID [--json]\n"
-            "      Show one event with its headers and body; --json for the JSON record\n"
-            "      (a body that is not UTF-8 comes as body_base64).\n"
-            "  once hooks redeliver SOURCE ID\n"
-            "      Make the event pending and due now, whatever its state (delivered and\n"
-            "      dead events included): the running gateway delivers it again. Its\n"
-            "      attempt count goes on.\n"
-            "\n"
-            "Exit status: 0 success; 1 bad usage or no such event; 2 the store failed.\n",
-};
-
-static const cli_command hooks_cmd_ls = {
-    .name = "ls",
-    .run = hooks_ls_run,
-    .usage = "once hooks ls [--source S] [--status S] [--limit N] [--json]",
-    .summary = "List webhook events, oldest first.",
-    .help = "Options:\n"
-            "  --source S   only events of source S\n"
-            "  --status S   only events in state S: pending, delivered or dead\n"
-            "  --limit N    at most N events, 1..100000 (default 100)\n"
-            "  --json       a JSON array of records instead of a table\n",
-};
-
-static const cli_command hooks_cmd_show = {
-    .name = "show",
-    .run = hooks_show_run,
-    .usage = "once hooks show SOURCE ID [--json]",
-    .summary = "Show one webhook event, with its headers and body.",
-    .help = "Options:\n"
-            "  --json   the JSON record instead of field: value lines\n",
-};
-
-static const cli_command hooks_cmd_redeliver = {
-    .name = "redeliver",
-    .run = hooks_redeliver_run,
-    .usage = "once hooks redeliver SOURCE ID",
-    .summary = "Make a webhook event pending and due now: the gateway delivers it again.",
-    .help = NULL,
-};
-
-static const cli_command *const hooks_subcommands[] = {
-    &hooks_cmd_ls,
-    &hooks_cmd_show,
-    &hooks_cmd_redeliver,
-};
-
-#define HOOKS_NSUB (sizeof hooks_subcommands / sizeof hooks_subcommands[0])
-
 /* ---- operands ---------------------------------------------------------- */
 
 /* "once: invalid WHAT 'VALUE': invalid argument: WHY", the shape
@@ -269,6 +204,15 @@ static int hooks_check(void *list)
 
 static const char *const hooks_head[6] = {"SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"};
 
+/* The options below, as `once help hooks` and `once hooks ls -h` describe
+ * them. */
+static const char hooks_ls_help[] =
+    "Options:\n"
+    "  --source S   only events of source S\n"
+    "  --status S   only events in state S: pending, delivered or dead\n"
+    "  --limit N    at most N events, 1..100000 (default 100)\n"
+    "  --json       a JSON array of records instead of a table\n";
+
 static const struct option hooks_longopts[] = {
     {"source", required_argument, NULL, HOOKS_OPT_SOURCE},
     {"status", required_argument, NULL, HOOKS_OPT_STATUS},
@@ -289,10 +233,11 @@ static const cli_lister hooks_lister = {
     .free_page = hooks_free_page,
 };
 
+/* The paged listing (cli_list.c) of events. */
 static int hooks_ls_run(cli_ctx *ctx, int argc, char **argv)
 {
     hooks_list list = {0};
-    return cli_list_run(ctx, &hooks_cmd_ls, &hooks_lister, &list, argc, argv);
+    return cli_list_run(ctx, &hooks_lister, &list, argc, argv);
 }
 
 /* ---- hooks show -------------------------------------------------------- */
@@ -361,10 +306,11 @@ static const cli_record_kind hooks_event_kind = {
     .free_record = hooks_free_event,
 };
 
+/* The one-record view (cli_record.c) of an event. */
 static int hooks_show_run(cli_ctx *ctx, int argc, char **argv)
 {
     once_event e = {0};
-    return cli_record_run(ctx, &hooks_cmd_show, &hooks_event_kind, &e, argc, argv);
+    return cli_record_run(ctx, &hooks_event_kind, &e, argc, argv);
 }
 
 /* ---- hooks redeliver --------------------------------------------------- */
@@ -387,13 +333,13 @@ static int hooks_redeliver_event(once_store *store, void *arg)
     return CLI_EXIT_OK;
 }
 
+/* SOURCE ID checked before the store is opened, then the redelivery. */
 static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv)
 {
-    const cli_command *cmd = &hooks_cmd_redeliver;
-    if (cli_parse_operands(ctx, cmd, argc, argv, 2) == CLI_GETOPT_DONE)
+    if (cli_parse_operands(ctx, argc, argv, 2) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     hooks_target t = {0};
-    int code = cli_take_operand_pair(cmd, argc, argv, "SOURCE", "ID", &t.source, &t.id);
+    int code = cli_take_operand_pair(ctx->cmd, argc, argv, "SOURCE", "ID", &t.source, &t.id);
     if (code == CLI_EXIT_OK)
         code = hooks_check_source_id(t.source, t.id);
     if (code != CLI_EXIT_OK)
@@ -402,6 +348,38 @@ static int hooks_redeliver_run(cli_ctx *ctx, int argc, char **argv)
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
+
+/* `once help hooks`: the subcommands with their options, in one page. */
+const char cli_hooks_help[] =
+    "Subcommands:\n"
+    "  once hooks ls [--source S] [--status S] [--limit N] [--json]\n"
+    "      List events in arrival order: SOURCE EVENT_ID STATE ATTEMPT RECEIVED ERROR.\n"
+    "        --source S   only events of source S\n"
+    "        --status S   only events in state S: pending, delivered or dead\n"
+    "        --limit N    at most N events, 1..100000 (default 100)\n"
+    "        --json       a JSON array of records instead of a table\n"
+    "  once hooks show SOURCE ID [--json]\n"
+    "      Show one event with its headers and body; --json for the JSON record\n"
+    "      (a body that is not UTF-8 comes as body_base64).\n"
+    "  once hooks redeliver SOURCE ID\n"
+    "      Make the event pending and due now, whatever its state (delivered and\n"
+    "      dead events included): the running gateway delivers it again. Its\n"
+    "      attempt count goes on.\n"
+    "\n"
+    "Exit status: 0 success; 1 bad usage or no such event; 2 the store failed.\n";
+
+/* The subcommands, one row each as in main.c's table: name, run, usage,
+ * then summary, help, no_store. */
+static const cli_command hooks_subcommands[] = {
+    {"ls", hooks_ls_run, "once hooks ls [--source S] [--status S] [--limit N] [--json]",
+     "List webhook events, oldest first.", hooks_ls_help, 0},
+    {"show", hooks_show_run, "once hooks show SOURCE ID [--json]",
+     "Show one webhook event, with its headers and body.", cli_record_help, 0},
+    {"redeliver", hooks_redeliver_run, "once hooks redeliver SOURCE ID",
+     "Make a webhook event pending and due now: the gateway delivers it again.", NULL, 0},
+};
+
+#define HOOKS_NSUB (sizeof hooks_subcommands / sizeof hooks_subcommands[0])
 
 /* 1 when the long option word (after "--", without "=value") names, or
  * abbreviates as getopt_long allows, an option that takes a separate value
@@ -443,19 +421,18 @@ static int hooks_find_subcommand(int argc, char **argv, int *help)
 /* Finds the subcommand and runs it on the words around it, so its own
  * getopt_long sees every option, wherever it was written, and reports
  * errors with the subcommand's usage. */
-static int hooks_run(cli_ctx *ctx, int argc, char **argv)
+int cli_hooks_run(cli_ctx *ctx, int argc, char **argv)
 {
     int help = 0;
     int at = hooks_find_subcommand(argc, argv, &help);
     if (at < 0) {
         if (help)
-            return cli_show_help(&cli_cmd_hooks);
-        return cli_fail_usage(&cli_cmd_hooks, "missing subcommand (ls, show or redeliver)");
+            return cli_show_help(ctx->cmd);
+        return cli_fail_usage(ctx->cmd, "missing subcommand (ls, show or redeliver)");
     }
     const cli_command *sub = cli_find_command(hooks_subcommands, HOOKS_NSUB, argv[at]);
     if (sub == NULL)
-        return cli_fail_quoted(&cli_cmd_hooks, "unknown subcommand", argv[at],
-                               " (expected ls, show or redeliver)");
+        return cli_fail_quoted(ctx->cmd, "unknown subcommand", argv[at], " (expected ls, show or redeliver)");
     char **sub_argv = malloc((size_t)argc * sizeof *sub_argv);
     if (sub_argv == NULL) {
         cli_print_error("out of memory");
@@ -467,9 +444,7 @@ static int hooks_run(cli_ctx *ctx, int argc, char **argv)
             sub_argv[n++] = argv[i];
     }
     sub_argv[n] = NULL;
-    /* As main does: 0 restarts glibc's getopt, permutation included. */
-    optind = 0;
-    int code = sub->run(ctx, n, sub_argv);
+    int code = cli_run_command(ctx, sub, n, sub_argv);
     free(sub_argv);
     return code;
 }

@@ -18,20 +18,6 @@
 
 enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE };
 
-static int ls_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_ls = {
-    .name = "ls",
-    .run = ls_run,
-    .usage = "once ls [--status S] [--scope S] [--limit N] [--json]",
-    .summary = "List actions, oldest first.",
-    .help = "Options:\n"
-            "  --status S   only actions in state S: pending, completed, released, unknown, held\n"
-            "  --scope S    only actions of scope S\n"
-            "  --limit N    at most N actions, 1..100000 (default 100)\n"
-            "  --json       a JSON array of records instead of a table\n",
-};
-
 /* What ls reads: its filters and the page in hand. */
 typedef struct ls_list {
     once_state state;
@@ -121,6 +107,14 @@ static int ls_check(void *list)
 
 static const char *const ls_head[6] = {"SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"};
 
+/* The options below, as `once help ls` describes them. */
+const char cli_ls_help[] =
+    "Options:\n"
+    "  --status S   only actions in state S: pending, completed, released, unknown, held\n"
+    "  --scope S    only actions of scope S\n"
+    "  --limit N    at most N actions, 1..100000 (default 100)\n"
+    "  --json       a JSON array of records instead of a table\n";
+
 static const struct option ls_longopts[] = {
     {"status", required_argument, NULL, LS_OPT_STATUS},
     {"scope", required_argument, NULL, LS_OPT_SCOPE},
@@ -141,8 +135,9 @@ static const cli_lister ls_lister = {
     .free_page = ls_free_page,
 };
 
-static int ls_run(cli_ctx *ctx, int argc, char **argv)
+/* The paged listing (cli_list.c) of actions. */
+int cli_ls_run(cli_ctx *ctx, int argc, char **argv)
 {
     ls_list list = {0};
-    return cli_list_run(ctx, &cli_cmd_ls, &ls_lister, &list, argc, argv);
+    return cli_list_run(ctx, &ls_lister, &list, argc, argv);
 }

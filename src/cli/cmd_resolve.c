@@ -10,20 +10,6 @@
 
 enum { RESOLVE_OPT_PROVIDER_ID = 2200, RESOLVE_OPT_NOTE };
 
-static int resolve_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_resolve = {
-    .name = "resolve",
-    .run = resolve_run,
-    .usage = "once resolve SCOPE KEY (--completed [--provider-id ID] | --released) [--note TEXT]",
-    .summary = "Settle an unknown or held action by hand.",
-    .help = "Options:\n"
-            "  --completed        it happened (the provider has it); it will not be retried\n"
-            "  --provider-id ID   with --completed: the provider's id for it\n"
-            "  --released         it certainly did not happen; the key is free again\n"
-            "  --note TEXT        why, for whoever looks next\n",
-};
-
 /* One resolution: the operands and options, and the operands escaped for
  * the messages. */
 typedef struct resolve_req {
@@ -68,9 +54,17 @@ static int resolve_option(const cli_command *cmd, void *arg, int c, const char *
     }
 }
 
+/* The options resolve_run takes, as `once help resolve` describes them. */
+const char cli_resolve_help[] =
+    "Options:\n"
+    "  --completed        it happened (the provider has it); it will not be retried\n"
+    "  --provider-id ID   with --completed: the provider's id for it\n"
+    "  --released         it certainly did not happen; the key is free again\n"
+    "  --note TEXT        why, for whoever looks next\n";
+
 /* Checks the options against each other and the operands before the store
  * is opened, then settles the action. */
-static int resolve_run(cli_ctx *ctx, int argc, char **argv)
+int cli_resolve_run(cli_ctx *ctx, int argc, char **argv)
 {
     int completed = 0;
     int released = 0;
@@ -81,9 +75,9 @@ static int resolve_run(cli_ctx *ctx, int argc, char **argv)
         {"note", required_argument, NULL, RESOLVE_OPT_NOTE},
         CLI_LONGOPTS_COMMON,
     };
-    const cli_command *cmd = &cli_cmd_resolve;
+    const cli_command *cmd = ctx->cmd;
     resolve_req r = {0};
-    if (cli_parse_options(ctx, cmd, argc, argv, CLI_SHORTOPTS, opts, resolve_option, &r) == CLI_GETOPT_DONE)
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, resolve_option, &r) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &r.scope, &r.key);
     if (code != CLI_EXIT_OK)

@@ -12,17 +12,6 @@
 #include "server/config.h"
 #include "server/server.h"
 
-static int serve_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_serve = {
-    .name = "serve",
-    .run = serve_run,
-    .usage = "once serve --config FILE [--listen ADDR] [--store URL]",
-    .summary = "Run the gateway: the idempotent proxy and the actions API.",
-    .help = "Logs one JSON line per request on stderr. SIGTERM or SIGINT: stop accepting,\n"
-            "let in-flight calls finish within shutdown_grace, exit 0.\n",
-};
-
 /* Replaces *slot (owned by the config) with a copy of value. */
 static int serve_override(char **slot, const char *value)
 {
@@ -53,7 +42,14 @@ static int serve_option(const cli_command *cmd, void *arg, int c, const char *va
     return CLI_EXIT_OK;
 }
 
-static int serve_run(cli_ctx *ctx, int argc, char **argv)
+/* What a running gateway does with its output and its signals: said here,
+ * next to the code that starts it. */
+const char cli_serve_help[] =
+    "Logs one JSON line per request on stderr. SIGTERM or SIGINT: stop accepting,\n"
+    "let in-flight calls finish within shutdown_grace, exit 0.\n";
+
+/* The flags over the file, checked, then the gateway until it stops. */
+int cli_serve_run(cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -61,13 +57,12 @@ static int serve_run(cli_ctx *ctx, int argc, char **argv)
         CLI_LONGOPTS_COMMON,
     };
     serve_flags f = {0};
-    if (cli_parse_options(ctx, &cli_cmd_serve, argc, argv, CLI_SHORTOPTS "c:l:", opts, serve_option, &f) ==
-        CLI_GETOPT_DONE)
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS "c:l:", opts, serve_option, &f) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind < argc)
-        return cli_fail_usage(&cli_cmd_serve, "unexpected argument '%s'", argv[optind]);
+        return cli_fail_usage(ctx->cmd, "unexpected argument '%s'", argv[optind]);
     if (!f.config)
-        return cli_fail_usage(&cli_cmd_serve, "--config FILE is required");
+        return cli_fail_usage(ctx->cmd, "--config FILE is required");
     once_config cfg;
     char err[512];
     if (config_load(f.config, &cfg, err, sizeof err) < 0) {

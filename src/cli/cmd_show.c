@@ -14,17 +14,6 @@
 /* A body can be megabytes; a person needs its start to recognise it. */
 #define SHOW_PREVIEW_MAX 200
 
-static int show_run(cli_ctx *ctx, int argc, char **argv);
-
-const cli_command cli_cmd_show = {
-    .name = "show",
-    .run = show_run,
-    .usage = "once show SCOPE KEY [--json]",
-    .summary = "Show one action, with its stored response.",
-    .help = "Options:\n"
-            "  --json   the JSON record instead of field: value lines\n",
-};
-
 static int show_print_response(const once_action *a)
 {
     if (!a->has_response) {
@@ -66,7 +55,13 @@ static int show_print_action(const void *rec)
     printf("attempt: %s\n", attempt);
     cli_print_time("created_at", a->created_at);
     cli_print_time("updated_at", a->updated_at);
-    cli_print_time("lease_expires_at", a->lease_expires_at);
+    /* Waiting for a human, the lease column is the decision's deadline. */
+    if (a->state == ONCE_STATE_AWAITING_APPROVAL) {
+        cli_print_time("decide_by", a->lease_expires_at);
+        cli_print_time("approved_at", a->approved_at);
+    } else {
+        cli_print_time("lease_expires_at", a->lease_expires_at);
+    }
     cli_print_time("expires_at", a->expires_at);
     rc = cli_print_text("fingerprint", a->fingerprint);
     if (rc == ONCE_OK && a->request)
@@ -143,8 +138,9 @@ static const cli_record_kind show_kind = {
     .free_record = show_free,
 };
 
-static int show_run(cli_ctx *ctx, int argc, char **argv)
+/* The one-record view (cli_record.c) of an action. */
+int cli_show_run(cli_ctx *ctx, int argc, char **argv)
 {
     once_action a = {0};
-    return cli_record_run(ctx, &cli_cmd_show, &show_kind, &a, argc, argv);
+    return cli_record_run(ctx, &show_kind, &a, argc, argv);
 }

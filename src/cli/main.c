@@ -1,39 +1,47 @@
 /*
  * main.c — the `once` binary: global options, the table of subcommands
  * (git-style: `once ls`, `once show`, ...), `once help` and `once version`.
- * New subcommands (serve, check-config, ...) only need an entry in
- * main_commands.
+ * A new subcommand is its cli_X_run in a cmd_*.c (declared in cli.h) and
+ * one row in main_commands.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 
+/* The two commands main.c runs itself; the table below names them. */
 static int main_run_help(cli_ctx *ctx, int argc, char **argv);
 static int main_run_version(cli_ctx *ctx, int argc, char **argv);
 
-static const cli_command main_cmd_help = {
-    .name = "help",
-    .run = main_run_help,
-    .usage = "once help [COMMAND]",
-    .summary = "Show the list of commands, or how to use one.",
-    .help = NULL,
-    .no_store = 1,
-};
-
-static const cli_command main_cmd_version = {
-    .name = "version",
-    .run = main_run_version,
-    .usage = "once version",
-    .summary = "Print the version of once.",
-    .help = NULL,
-    .no_store = 1,
-};
-
-static const cli_command *const main_commands[] = {
-    &cli_cmd_serve, &cli_cmd_check_config, &cli_cmd_ls,       &cli_cmd_show,
-    &cli_cmd_resolve, &cli_cmd_gc,          &cli_cmd_hooks,    &main_cmd_version,
-    &main_cmd_help,
+/* Every command, one row each, in the order `once help` lists them: what
+ * `once help` shows of all of them at once. The help texts, which say what
+ * a command's options and operands do, sit next to the code that parses
+ * them (cli_X_help, or cli_record_help for the one-record commands). */
+static const cli_command main_commands[] = {
+    /* name, run, usage,
+     *   summary, help, no_store */
+    {"serve", cli_serve_run, "once serve --config FILE [--listen ADDR] [--store URL]",
+     "Run the gateway: the idempotent proxy and the actions API.", cli_serve_help, 0},
+    {"check-config", cli_check_config_run, "once check-config FILE",
+     "Check a gateway configuration file and exit.", cli_check_config_help, 1},
+    {"ls", cli_ls_run, "once ls [--status S] [--scope S] [--limit N] [--json]",
+     "List actions, oldest first.", cli_ls_help, 0},
+    {"show", cli_show_run, "once show SCOPE KEY [--json]",
+     "Show one action, with its stored response.", cli_record_help, 0},
+    {"resolve", cli_resolve_run, "once resolve SCOPE KEY (--completed [--provider-id ID] | --released) [--note TEXT]",
+     "Settle an unknown or held action by hand.", cli_resolve_help, 0},
+    {"approve", cli_decide_run, "once approve SCOPE KEY [--note TEXT]",
+     "Approve an action waiting for approval: a gateway sends it.", cli_decide_help, 0},
+    {"deny", cli_decide_run, "once deny SCOPE KEY [--note TEXT]",
+     "Deny an action waiting for approval: it is never sent.", cli_decide_help, 0},
+    {"gc", cli_gc_run, "once gc",
+     "Delete completed and released actions past their retention.", cli_gc_help, 0},
+    {"hooks", cli_hooks_run, "once hooks ls|show|redeliver [ARGS] (see 'once help hooks')",
+     "List, show or redeliver inbound webhook events.", cli_hooks_help, 0},
+    {"version", main_run_version, "once version",
+     "Print the version of once.", NULL, 1},
+    {"help", main_run_help, "once help [COMMAND]",
+     "Show the list of commands, or how to use one.", NULL, 1},
 };
 
 #define MAIN_NCOMMANDS (sizeof main_commands / sizeof main_commands[0])
@@ -54,7 +62,7 @@ static int main_show_help(void)
           "Commands:\n",
           stdout);
     for (size_t i = 0; i < MAIN_NCOMMANDS; i++)
-        printf("  %-9s %s\n", main_commands[i]->name, main_commands[i]->summary);
+        printf("  %-9s %s\n", main_commands[i].name, main_commands[i].summary);
     fputs("\n"
           "Options:\n"
           "  --store URL   the store, before or after the command: sqlite:PATH\n"
@@ -75,21 +83,23 @@ static int main_print_version(void)
     return cli_finish_stdout(CLI_EXIT_OK);
 }
 
+/* `once help [COMMAND]`: the list, or one command's help. */
 static int main_run_help(cli_ctx *ctx, int argc, char **argv)
 {
-    if (cli_parse_operands(ctx, &main_cmd_help, argc, argv, 1) == CLI_GETOPT_DONE)
+    if (cli_parse_operands(ctx, argc, argv, 1) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind == argc)
         return main_show_help();
     const cli_command *cmd = main_find_command(argv[optind]);
     if (cmd == NULL)
-        return cli_fail_quoted(&main_cmd_help, "unknown command", argv[optind], "");
+        return cli_fail_quoted(ctx->cmd, "unknown command", argv[optind], "");
     return cli_show_help(cmd);
 }
 
+/* `once version`: no operands, only the common options. */
 static int main_run_version(cli_ctx *ctx, int argc, char **argv)
 {
-    if (cli_parse_operands(ctx, &main_cmd_version, argc, argv, 0) == CLI_GETOPT_DONE)
+    if (cli_parse_operands(ctx, argc, argv, 0) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     return main_print_version();
 }
@@ -136,9 +146,5 @@ int main(int argc, char **argv)
     const cli_command *cmd = main_find_command(argv[i]);
     if (cmd == NULL)
         return cli_fail_quoted(NULL, "unknown command", argv[i], "");
-    /* 0 makes glibc's getopt start afresh at argv[1] of the command's argv,
-     * with its argument permutation, so options may follow operands. */
-    optind = 0;
-    opterr = 0;
-    return cmd->run(&ctx, argc - i, argv + i);
+    return cli_run_command(&ctx, cmd, argc - i, argv + i);
 }

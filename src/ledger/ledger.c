@@ -81,7 +81,7 @@ void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ct
     store->commit_hook = fn;
 }
 
-/* Seven entry points start so; one place keeps their contract: *out is
+/* The entry points that fill *out start so; one place keeps their contract: *out is
  * always zeroed before anything can fail past the arguments. */
 int ledger_begin_out(int args_ok, void *out, size_t size, const char *missing)
 {
@@ -143,6 +143,8 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
         return once_fail(ONCE_EINVAL, "retention: must be between 0 (default) and 10 years");
     if (req->request_len > ONCE_REQUEST_MAX || (!req->request && req->request_len))
         return once_fail(ONCE_EINVAL, "request: larger than %u bytes or NULL with a length", ONCE_REQUEST_MAX);
+    if (req->approval_ttl_ms < 0 || req->approval_ttl_ms > ONCE_APPROVAL_TTL_MAX_MS)
+        return once_fail(ONCE_EINVAL, "approval_ttl: must be between 0 (no approval) and 30 days");
     once_reserve_req r = *req;
     if (r.retention_ms == 0)
         r.retention_ms = DEFAULT_RETENTION_MS;
@@ -429,15 +431,20 @@ int once_reconcile_claim(once_store *store, const char *scope, size_t max, int64
 }
 
 /* "2026-11-30T07:39:48.123Z step": a trail line, stamped here so that every
- * store records the same text. */
+ * store records the same text. The trail is split at newlines, so a step's
+ * own line breaks become spaces: a note cannot forge a line. */
 static int trail_line(const char *step, int64_t now, char *out, size_t len)
 {
     if (!step)
         return 0;
     char t[TIMEFMT_LEN];
     if (timefmt_rfc3339(now, t, sizeof t) != 0)
-        return once_fail(ONCE_EINVAL, "reconcile: bad clock");
+        return once_fail(ONCE_EINVAL, "trail: bad clock");
     snprintf(out, len, "%s %s", t, step);
+    for (char *p = out; *p; p++) {
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    }
     return 1;
 }
 
@@ -478,4 +485,93 @@ int once_reconcile_failed(once_store *store, const char *scope, const char *key,
 int once_sweep(once_store *store, int64_t now, size_t *count)
 {
     return ledger_sweep(store, store ? store->vt->sweep : NULL, now, count, "sweep");
+}
+
+/* ---- approvals ----------------------------------------------------------- */
+
+#define WHO_MAX 64 /* bytes of the name of who decides */
+
+/* once_approve and once_deny: the decision's arguments checked, its trail
+ * line ("approved by WHO: NOTE") stamped, and the store asked. */
+static int decide(once_store *store, const char *scope, const char *key, const char *who, const char *note,
+                  int approve)
+{
+    const char *verb = approve ? "approve" : "deny";
+    int rc = begin_named(store, approve ? "approve: store is NULL" : "deny: store is NULL", scope, key);
+    if (rc < 0)
+        return rc;
+    if (!who || !who[0])
+        return once_fail(ONCE_EINVAL, "%s: who is required", verb);
+    if ((rc = validate_text("who", who, WHO_MAX, 1)) < 0 || (rc = validate_text("note", note, ONCE_TEXT_MAX, 0)) < 0)
+        return rc;
+    const char *done = approve ? "approved" : "denied";
+    char step[ONCE_TEXT_MAX + WHO_MAX + 32];
+    if (note)
+        snprintf(step, sizeof step, "%s by %s: %s", done, who, note);
+    else
+        snprintf(step, sizeof step, "%s by %s", done, who);
+    int64_t now = once_now_ms();
+    char line[sizeof step + TIMEFMT_LEN + 2];
+    if ((rc = trail_line(step, now, line, sizeof line)) < 0)
+        return rc;
+    /* A denial's note is what a retry is told; without one, who said no. */
+    char by[WHO_MAX + 16];
+    snprintf(by, sizeof by, "denied by %s", who);
+    return store->vt->decide(store, scope, key, approve, approve ? NULL : note ? note : by, line, now);
+}
+
+int once_approve(once_store *store, const char *scope, const char *key, const char *who, const char *note)
+{
+    return decide(store, scope, key, who, note, 1);
+}
+
+int once_deny(once_store *store, const char *scope, const char *key, const char *who, const char *note)
+{
+    return decide(store, scope, key, who, note, 0);
+}
+
+int once_expire_approvals(once_store *store, const char *scope, int64_t now, size_t *count)
+{
+    once_detail_clear();
+    if (count)
+        *count = 0;
+    if (!store || now < 0)
+        return once_fail(ONCE_EINVAL, "expire_approvals: store is NULL or now is negative");
+    int rc;
+    if (scope && (rc = once_scope_validate(scope)) < 0)
+        return rc;
+    char line[TIMEFMT_LEN + 64];
+    if ((rc = trail_line("expired: nobody decided within approve_ttl", now, line, sizeof line)) < 0)
+        return rc;
+    size_t n = 0;
+    rc = store->vt->expire_approvals(store, scope, now, line, &n);
+    if (rc == ONCE_OK && count)
+        *count = n;
+    return rc;
+}
+
+int once_approval_claim(once_store *store, const char *scope, int64_t lease_ms, once_reservation *out)
+{
+    int rc = ledger_begin_out(store && out, out, sizeof *out, "approval_claim: store and out are required");
+    if (rc < 0 || (rc = once_scope_validate(scope)) < 0)
+        return rc;
+    if (lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
+        return once_fail(ONCE_EINVAL, "approval_claim: lease must be between 1 ms and 7 days");
+    rc = store->vt->approval_claim(store, scope, lease_ms, once_now_ms(), out);
+    if (rc <= 0)
+        once_reservation_free(out); /* none, or failed: *out stays zeroed */
+    return rc;
+}
+
+int once_approval_oldest(once_store *store, int64_t *created_at)
+{
+    once_detail_clear();
+    if (!store || !created_at)
+        return once_fail(ONCE_EINVAL, "approval_oldest: store and created_at are required");
+    *created_at = 0;
+    int64_t t = 0;
+    int rc = store->vt->approval_oldest(store, &t);
+    if (rc == ONCE_OK)
+        *created_at = t;
+    return rc;
 }

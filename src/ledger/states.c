@@ -11,12 +11,15 @@
 static const char *const state_names[] = {
     [ONCE_STATE_PENDING] = "pending",   [ONCE_STATE_COMPLETED] = "completed",
     [ONCE_STATE_RELEASED] = "released", [ONCE_STATE_UNKNOWN] = "unknown",
-    [ONCE_STATE_HELD] = "held",
+    [ONCE_STATE_HELD] = "held",         [ONCE_STATE_AWAITING_APPROVAL] = "awaiting_approval",
+    [ONCE_STATE_DENIED] = "denied",
 };
+
+#define STATE_LAST ONCE_STATE_DENIED
 
 const char *once_state_name(once_state s)
 {
-    if ((int)s < ONCE_STATE_PENDING || (int)s > ONCE_STATE_HELD)
+    if ((int)s < ONCE_STATE_PENDING || (int)s > STATE_LAST)
         return NULL;
     return state_names[s];
 }
@@ -25,32 +28,44 @@ int once_state_parse(const char *name, once_state *out)
 {
     if (!name || !out)
         return once_fail(ONCE_EINVAL, "state: missing");
-    for (int s = ONCE_STATE_PENDING; s <= ONCE_STATE_HELD; s++) {
+    for (int s = ONCE_STATE_PENDING; s <= STATE_LAST; s++) {
         if (strcmp(name, state_names[s]) == 0) {
             *out = (once_state)s;
             return ONCE_OK;
         }
     }
-    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, completed, released, unknown or held", name);
+    return once_fail(ONCE_EINVAL, "state: '%.32s' is not pending, completed, released, unknown, held, "
+                                  "awaiting_approval or denied",
+                     name);
 }
 
 /* from -> to: the arrows of the machine. A row is (re)reserved from
  * released, from a completed row past its retention, and from unknown or
- * held when the upstream dedupes natively (forward_key_as). */
-static const unsigned char allowed[ONCE_STATE_HELD + 1][ONCE_STATE_HELD + 1] = {
+ * held when the upstream dedupes natively (forward_key_as). Wherever a
+ * reservation starts an attempt (-> pending), one that needs a human's
+ * approval starts to wait instead (-> awaiting_approval); an approved row
+ * is claimed to be sent (-> pending), a denied or expired one is denied,
+ * and a denied row past its retention is reserved again like a released
+ * one. */
+static const unsigned char allowed[STATE_LAST + 1][STATE_LAST + 1] = {
     [ONCE_STATE_PENDING] = {[ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1, [ONCE_STATE_UNKNOWN] = 1,
-                            [ONCE_STATE_PENDING] = 1 /* a lease ran out, natively deduped: attempt + 1 */},
+                            [ONCE_STATE_PENDING] = 1 /* a lease ran out, natively deduped: attempt + 1 */,
+                            [ONCE_STATE_AWAITING_APPROVAL] = 1},
     [ONCE_STATE_UNKNOWN] = {[ONCE_STATE_HELD] = 1, [ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1,
-                            [ONCE_STATE_PENDING] = 1},
-    [ONCE_STATE_HELD] = {[ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1, [ONCE_STATE_PENDING] = 1},
-    [ONCE_STATE_RELEASED] = {[ONCE_STATE_PENDING] = 1},
-    [ONCE_STATE_COMPLETED] = {[ONCE_STATE_PENDING] = 1},
+                            [ONCE_STATE_PENDING] = 1, [ONCE_STATE_AWAITING_APPROVAL] = 1},
+    [ONCE_STATE_HELD] = {[ONCE_STATE_COMPLETED] = 1, [ONCE_STATE_RELEASED] = 1, [ONCE_STATE_PENDING] = 1,
+                         [ONCE_STATE_AWAITING_APPROVAL] = 1},
+    [ONCE_STATE_RELEASED] = {[ONCE_STATE_PENDING] = 1, [ONCE_STATE_AWAITING_APPROVAL] = 1},
+    [ONCE_STATE_COMPLETED] = {[ONCE_STATE_PENDING] = 1, [ONCE_STATE_AWAITING_APPROVAL] = 1},
+    [ONCE_STATE_AWAITING_APPROVAL] = {[ONCE_STATE_PENDING] = 1 /* claimed, approved */,
+                                      [ONCE_STATE_DENIED] = 1 /* denied, or nobody decided in time */},
+    [ONCE_STATE_DENIED] = {[ONCE_STATE_PENDING] = 1, [ONCE_STATE_AWAITING_APPROVAL] = 1},
 };
 
 int ledger_transition_allowed(once_state from, once_state to)
 {
-    if ((int)from < ONCE_STATE_PENDING || (int)from > ONCE_STATE_HELD || (int)to < ONCE_STATE_PENDING ||
-        (int)to > ONCE_STATE_HELD)
+    if ((int)from < ONCE_STATE_PENDING || (int)from > STATE_LAST || (int)to < ONCE_STATE_PENDING ||
+        (int)to > STATE_LAST)
         return 0;
     return allowed[from][to];
 }
@@ -78,6 +93,16 @@ int ledger_decide_reservation(once_state state, int64_t lease_expires_at, int64_
         if (lease_expires_at <= now)
             return 0; /* the lease ran out: the writer decides */
         *status = ONCE_IN_FLIGHT;
+        return 1;
+    case ONCE_STATE_AWAITING_APPROVAL:
+        /* Stored and waiting for a human (approved or not): nothing is sent
+         * for a retry, whatever it asks. */
+        *status = ONCE_AWAITING_APPROVAL;
+        return 1;
+    case ONCE_STATE_DENIED:
+        if (expires_at <= now)
+            return 0; /* past its retention: a new attempt, as after a release */
+        *status = ONCE_DENIED;
         return 1;
     case ONCE_STATE_UNKNOWN:
     case ONCE_STATE_HELD:

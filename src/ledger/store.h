@@ -72,6 +72,17 @@ typedef struct store_vtable {
                      const once_response *resp, const char *provider_id, const char *step, int64_t now);
     int (*reconcile_failed)(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
                             const char *step, int64_t now);
+    /* approvals: a human's decision on an action awaiting approval (note:
+     * a denial's note, NULL for an approval; step: the trail line, already
+     * stamped), the denial of undecided actions past their deadline (of
+     * scope, or of all when NULL; step likewise), a claim of an approved one (1 claimed, 0 none: *out as
+     * once_approval_claim says) and the oldest undecided one's created_at
+     * (0: none) */
+    int (*decide)(once_store *s, const char *scope, const char *key, int approve, const char *note,
+                  const char *step, int64_t now);
+    int (*expire_approvals)(once_store *s, const char *scope, int64_t now, const char *step, size_t *count);
+    int (*approval_claim)(once_store *s, const char *scope, int64_t lease_ms, int64_t now, once_reservation *out);
+    int (*approval_oldest)(once_store *s, int64_t *created_at);
     int (*ping)(once_store *s);
     /* Optional (NULL: ONCE_ENOTSUP): the WAL's bound and size (SQLite),
      * and the one-gateway lock. */
@@ -92,6 +103,10 @@ typedef struct store_vtable {
     void (*close)(once_store *s);
 } store_vtable;
 
+/* The note of an action denied because nobody decided on it in time
+ * (once_expire_approvals), in both stores' SQL. */
+#define LEDGER_APPROVAL_EXPIRED "approval expired (nobody decided within approve_ttl)"
+
 /* Whether the action state machine (docs/architecture.md) has an arrow from -> to.
  * Stores assert their transitions with it. */
 int ledger_transition_allowed(once_state from, once_state to);
@@ -100,9 +115,10 @@ int ledger_transition_allowed(once_state from, once_state to);
 once_state ledger_outcome_state(once_outcome outcome);
 
 /* Whether an existing row answers a reservation by itself, read outside any
- * write: a completed outcome still retained, a lease still live, or an
- * unknown or held action that must not be resent (retry_unknown off). 1 with
- * *status set, or 0 when the reservation must be written. */
+ * write: a completed outcome still retained, a lease still live, an unknown
+ * or held action that must not be resent (retry_unknown off), an action
+ * awaiting approval, or a denial still retained. 1 with *status set, or 0
+ * when the reservation must be written. */
 int ledger_decide_reservation(once_state state, int64_t lease_expires_at, int64_t expires_at, int64_t now,
                               int retry_unknown, once_reserve_status *status);
 

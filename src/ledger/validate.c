@@ -119,6 +119,8 @@ const char *once_reserve_status_name(once_reserve_status s)
     case ONCE_IN_FLIGHT: return "in_flight";
     case ONCE_UNKNOWN: return "unknown";
     case ONCE_HELD: return "held";
+    case ONCE_AWAITING_APPROVAL: return "awaiting_approval";
+    case ONCE_DENIED: return "denied";
     }
     return NULL;
 }

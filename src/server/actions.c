@@ -10,6 +10,7 @@
 #include "json/action_json.h"
 #include "common/key_template.h"
 #include "common/pct.h"
+#include "server/approvals.h"
 #include "server/server.h"
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
@@ -31,6 +32,7 @@ typedef struct act {
     const char *text;
     once_outcome outcome;
     once_state settled; /* the state a complete/release/unknown leads to */
+    int approve;        /* approve (1) or deny (0) */
     int64_t lease_until; /* renew: the new deadline */
     once_list_req lreq; /* GET /v1/actions; its strings point into the two below */
     char lscope[ONCE_SCOPE_MAX + 2];
@@ -210,6 +212,19 @@ static void reserve_answer(act *a)
         req_problem(r, 409, "key_in_flight", "Key in flight",
                     json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", json_new_time(res->lease_expires_at)),
                     "another attempt holds this key");
+        return;
+    case ONCE_AWAITING_APPROVAL:
+        /* The row decides, not this request: an upstream's approval rule
+         * stored it, and nothing may pass it by. */
+        metrics_action(m, a->scope, MO_AWAITING);
+        req_json(r, 202, json_pack("{s:s, s:s, s:s, s:b}", "state", "awaiting_approval", "scope", a->scope, "key",
+                                   a->key, "approved", res->action.approved_at > 0));
+        return;
+    case ONCE_DENIED:
+        metrics_action(m, a->scope, MO_DENIED);
+        req_problem(r, 403, "denied", "Denied",
+                    json_pack("{s:s, s:s}", "state", "denied", "note", res->action.note ? res->action.note : ""),
+                    "this action was not approved; it is not sent");
         return;
     default: {
         int held = res->status == ONCE_HELD;
@@ -422,33 +437,12 @@ static void actions_get(req *r, const char *scope, const char *key)
     act *a = act_new(r);
     if (!a)
         return;
-    snprintf(a->scope, sizeof a->scope, "%s", scope);
-    snprintf(a->key, sizeof a->key, "%s", key);
+    /* Both were validated by the caller, so they fit. */
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
     req_note_key(r, scope, key);
     if (worker_run(r->srv->worker, record_job, a) < 0)
         req_not_started(r, "out of memory");
-}
-
-/* Finds name=value in a raw query string, percent-decoded into out. 1 found,
- * 0 absent, -1 malformed (answered). */
-static int query_param(req *r, const char *query, const char *name, char *out, size_t cap)
-{
-    size_t nlen = strlen(name);
-    const char *p = query;
-    while (p && *p) {
-        const char *amp = strchr(p, '&');
-        size_t len = amp ? (size_t)(amp - p) : strlen(p);
-        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
-            if (pct_decode(p + nlen + 1, len - nlen - 1, out, cap) < 0) {
-                req_problem(r, 400, "invalid_request", "Invalid request", NULL, "query parameter '%s' is malformed",
-                            name);
-                return -1;
-            }
-            return 1;
-        }
-        p = amp ? amp + 1 : NULL;
-    }
-    return 0;
 }
 
 /* On the worker: one page, bounded in rows and bytes (ONCE_PAGE_BYTES). */
@@ -484,29 +478,20 @@ static void actions_list(req *r, const char *query)
     act *a = act_new(r);
     if (!a)
         return;
-    char status[32], limit[16];
-    int hs, hsc, hl, ha;
-    if ((hs = query_param(r, query, "status", status, sizeof status)) < 0 ||
-        (hsc = query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
-        (hl = query_param(r, query, "limit", limit, sizeof limit)) < 0 ||
-        (ha = query_param(r, query, "after", a->after, sizeof a->after)) < 0)
-        return;
+    char status[32];
     once_list_req lr = {0};
+    int hs, hsc, ha;
+    if ((hs = req_query_param(r, query, "status", status, sizeof status)) < 0 ||
+        (hsc = req_query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
+        req_query_limit(r, query, &lr.limit) < 0 ||
+        (ha = req_query_param(r, query, "after", a->after, sizeof a->after)) < 0)
+        return;
     if (hs && once_state_parse(status, &lr.state) < 0) {
         req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
         return;
     }
     if (hsc)
         lr.scope = a->lscope;
-    if (hl) {
-        char *end;
-        long v = strtol(limit, &end, 10);
-        if (*end || v < 1 || v > 1000) {
-            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'limit' must be between 1 and 1000");
-            return;
-        }
-        lr.limit = (size_t)v;
-    }
     if (ha)
         lr.cursor = a->after;
     a->lreq = lr;
@@ -558,6 +543,73 @@ static void actions_resolve(req *r, const char *scope, const char *key)
     }
     if (worker_run(r->srv->worker, resolve_job, a) < 0)
         req_not_started(r, "out of memory");
+}
+
+/* ---- approve / deny (on the worker: they commit synchronously) --------------- */
+
+/* Whose decision it is, for the trail: the operator token's name, or
+ * "operator" when no tokens are configured (loopback only). */
+static const char *decider(const req *r)
+{
+    return r->who && r->who->name ? r->who->name : "operator";
+}
+
+static void decide_job(void *arg)
+{
+    act *a = arg;
+    req *r = a->r;
+    server *srv = r->srv;
+    int approve = a->approve;
+    int rc = approve ? once_approve(srv->store, a->scope, a->key, decider(r), a->text)
+                     : once_deny(srv->store, a->scope, a->key, decider(r), a->text);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    if (approve)
+        approvals_kick(srv->approvals); /* sent within this round, not the next */
+    else
+        metrics_approval(srv->metrics, a->scope, MA_DENIED, 1);
+    once_action rec;
+    rc = once_get(srv->store, a->scope, a->key, &rec);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_record(r, &rec);
+    once_action_free(&rec);
+}
+
+static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap);
+
+/* POST /v1/actions/{scope}/{key}/approve|deny {"note"?}: an empty body is
+ * no note. */
+static void actions_decide(req *r, int approve)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) < 0)
+        return;
+    act *a = act_new(r);
+    if (!a)
+        return;
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
+    req_note_key(r, scope, key);
+    if (r->body.len > 0 && (body_parse(a) < 0 || member_str(a, "note", 0, &a->text) < 0))
+        return;
+    a->approve = approve;
+    if (worker_run(r->srv->worker, decide_job, a) < 0)
+        req_not_started(r, "out of memory");
+}
+
+static void actions_approve_route(req *r)
+{
+    actions_decide(r, 1);
+}
+
+static void actions_deny_route(req *r)
+{
+    actions_decide(r, 0);
 }
 
 /* ---- routes ------------------------------------------------------------------ */
@@ -639,5 +691,9 @@ const route actions_routes[] = {
      .methods = {{"GET", actions_get_route}}},
     {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
      .methods = {{"POST", actions_resolve_route}}},
+    {.pattern = "/v1/actions/{}/{}/approve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_approve_route}}},
+    {.pattern = "/v1/actions/{}/{}/deny", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_deny_route}}},
     {.pattern = NULL},
 };

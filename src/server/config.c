@@ -91,6 +91,7 @@ static void config_free_upstream(upstream_cfg *u)
         key_template_free(u->key);
     free(u->lookup_absent_status);
     config_free_strs(u->lookup_absent_empty, u->nlookup_absent_empty);
+    config_free_strs(u->approve, u->napprove);
 }
 
 static void config_free_source(source_cfg *s)

@@ -60,6 +60,12 @@ typedef struct upstream_cfg {
     size_t nlookup_absent_empty;
     int64_t lookup_backoff_ms;  /* lookup_backoff = 10s, doubling per failed lookup */
     int lookup_attempts;        /* lookup_attempts = 5 (1..CONFIG_LOOKUP_ATTEMPTS_MAX): then held */
+
+    /* Approvals (docs/approvals.md): matching new requests wait for a human. */
+    char **approve;             /* approve = RULE, ...: "METHOD PATTERN" each ("*" any method; '*' in
+                                   PATTERN any characters); "all" is stored as "* *" */
+    size_t napprove;
+    int64_t approve_ttl_ms;     /* approve_ttl = 24h: undecided after this, denied */
 } upstream_cfg;
 
 /* [source.NAME]: a webhook sender (see docs/config.md). */

@@ -317,6 +317,54 @@ static int config_lookup_absent(config_ctx *c, const config_key *k, void *field,
     return 0;
 }
 
+/* One rule of approve: "all", or METHOD PATTERN (METHOD upper case or '*',
+ * PATTERN a path starting with '/' in which '*' matches any characters). */
+static int config_approve_rule(config_ctx *c, void *arg, const char *s, size_t n, size_t nth)
+{
+    upstream_cfg *u = arg;
+    char q[CONFIG_QUOTE_MAX];
+    config_quote_n(s, n, q, sizeof q);
+    if (n == 3 && memcmp(s, "all", 3) == 0)
+        return config_push_str(&u->approve, &u->napprove, "* *", 3) != 0 ? config_fail_oom(c) : 0;
+    size_t ml = 0;
+    while (ml < n && s[ml] != ' ' && s[ml] != '\t')
+        ml++;
+    size_t p = ml;
+    while (p < n && (s[p] == ' ' || s[p] == '\t'))
+        p++;
+    int method_ok = ml > 0;
+    for (size_t i = 0; i < ml && !(ml == 1 && s[0] == '*'); i++)
+        method_ok &= s[i] >= 'A' && s[i] <= 'Z';
+    if (!method_ok || p == n || s[p] != '/')
+        return config_fail(c, "%s: item %zu '%s' is not 'all' or METHOD PATTERN (POST /v1/refunds*)", c->key, nth, q);
+    for (size_t i = p; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == '?' || ch == '#')
+            return config_fail(c,
+                               "%s: item %zu '%s': spaces, control characters, non-ASCII, '?' and '#' are not "
+                               "allowed in the path pattern",
+                               c->key, nth, q);
+    }
+    char *rule = NULL;
+    if (asprintf(&rule, "%.*s %.*s", (int)ml, s, (int)(n - p), s + p) < 0)
+        return config_fail_oom(c);
+    int rc = config_push_str(&u->approve, &u->napprove, rule, strlen(rule));
+    free(rule);
+    return rc != 0 ? config_fail_oom(c) : 0;
+}
+
+/* approve = RULE, RULE, ...: the new requests that wait for a human. */
+static int config_approve(config_ctx *c, const config_key *k, void *field, const char *v)
+{
+    upstream_cfg *u = &c->cfg->upstreams[c->cur];
+    (void)k;
+    (void)field;
+    config_free_strs(u->approve, u->napprove);
+    u->approve = NULL;
+    u->napprove = 0;
+    return config_split(c, v, strlen(v), ',', config_approve_rule, u);
+}
+
 /* [upstream.NAME]: a row a key (config_keys.h): name, type (its setter), field, min, max,
  * default, flags, words. */
 static const config_key config_upstream_keys[] = {
@@ -351,6 +399,8 @@ static const config_key config_upstream_keys[] = {
     {"ca_file", config_pem, UP(ca_file), 0, 0, NULL, CK_PATH, NULL},
     {"tls_cert", config_pem, UP(tls_cert), 0, 0, NULL, CK_PATH, NULL},
     {"tls_key", config_pem, UP(tls_key), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
+    {"approve", config_approve, UP(approve), 0, 0, NULL, 0, NULL},
+    {"approve_ttl", config_duration, UP(approve_ttl_ms), 1, ONCE_APPROVAL_TTL_MAX_MS, "24h", 0, NULL},
 };
 
 _Static_assert(UP(nrelease_on) == UP(release_on) + sizeof(int *) && UP(nunknown_on) == UP(unknown_on) + sizeof(int *),
@@ -460,6 +510,9 @@ static int config_upstream_finish(config_ctx *c, size_t i)
     }
     if (config_upstream_tls(c, i) != 0)
         return -1;
+    if (u->napprove == 0 && config_line(c, CONFIG_UPSTREAM, i, "approve_ttl") > 0)
+        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "approve_ttl"),
+                              "approve_ttl: does nothing without approve = RULE in [upstream.%s]", u->name);
     return config_upstream_listen(c, i);
 }
 

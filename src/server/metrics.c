@@ -10,6 +10,8 @@
  */
 #include "server/metrics.h"
 
+#include "once/once.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,7 +22,8 @@
 #define OTHER_SCOPE "_other"
 
 static const char *const outcome_names[MO_COUNT] = {"new", "replayed", "in_flight", "mismatch",
-                                                    "released", "unknown", "held"};
+                                                    "released", "unknown", "held", "awaiting_approval",
+                                                    "denied"};
 
 static const double seconds_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                          0.25,   0.5,   1,      2.5,   5,    10,   30,    60};
@@ -42,10 +45,12 @@ typedef struct scope_stats {
     _Atomic unsigned long long webhooks[MW_COUNT];
     unsigned long long deliveries[MD_COUNT];
     unsigned long long reconciles[MR_COUNT];
+    unsigned long long approvals[MA_COUNT];
     unsigned long long tokens_saved;
 } scope_stats;
 
 static const char *const reconcile_names[MR_COUNT] = {"found", "absent", "error", "held"};
+static const char *const approval_names[MA_COUNT] = {"approved", "denied", "expired"};
 
 static const char *const webhook_names[MW_COUNT] = {"accepted", "duplicate", "bad_signature", "no_event_id"};
 static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "dead"};
@@ -60,6 +65,7 @@ struct metrics {
     _Atomic unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
     unsigned long long lease_expired;
     unsigned long long auto_held;
+    long long approval_oldest_ms; /* created_at of the oldest undecided approval; 0 none */
 };
 
 int metrics_init(metrics **out)
@@ -196,6 +202,22 @@ void metrics_reconcile(metrics *m, const char *scope, metric_reconcile r)
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_approval(metrics *m, const char *scope, metric_approval a, size_t n)
+{
+    if (!m || a >= MA_COUNT || n == 0)
+        return;
+    pthread_mutex_lock(&m->mu);
+    scope_find(m, scope)->approvals[a] += n;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_approval_oldest(metrics *m, long long created_at_ms)
+{
+    pthread_mutex_lock(&m->mu);
+    m->approval_oldest_ms = created_at_ms;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_tokens_saved(metrics *m, const char *scope, long long tokens)
 {
     if (!m || tokens <= 0)
@@ -303,6 +325,21 @@ int metrics_render(metrics *m, buf *b)
         scope_stats *s = i < nreg ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
         rc |= render_results(b, "once_reconcile_total", "scope", s, reconcile_names, s->reconciles, MR_COUNT);
     }
+    rc |= out(b, "# HELP once_approvals_total Decisions on approvals by scope (approved: taken to be sent).\n"
+                 "# TYPE once_approvals_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        scope_stats *s = i < nreg ? &m->scopes[i] : &m->scopes[MAX_SCOPES];
+        unsigned long long any = 0;
+        for (int a = 0; a < MA_COUNT; a++)
+            any |= s->approvals[a];
+        for (int a = 0; any && a < MA_COUNT; a++)
+            rc |= out(b, "once_approvals_total{scope=\"%s\",decision=\"%s\"} %llu\n", s->name, approval_names[a],
+                      s->approvals[a]);
+    }
+    long long oldest = m->approval_oldest_ms, age = oldest > 0 ? (long long)once_now_ms() - oldest : 0;
+    rc |= out(b, "# HELP once_approval_oldest_waiting_seconds Age of the oldest action waiting for a decision.\n"
+                 "# TYPE once_approval_oldest_waiting_seconds gauge\nonce_approval_oldest_waiting_seconds %.3f\n",
+              age > 0 ? (double)age / 1e3 : 0.0);
     rc |= out(b, "# HELP once_llm_tokens_saved_total Tokens of LLM answers replayed instead of generated again.\n"
                  "# TYPE once_llm_tokens_saved_total counter\n");
     for (size_t i = 0; i < n; i++) {

@@ -17,12 +17,18 @@ typedef enum metric_outcome {
     MO_RELEASED,
     MO_UNKNOWN,
     MO_HELD,
+    MO_AWAITING,
+    MO_DENIED,
     MO_COUNT
 } metric_outcome;
 
 typedef enum metric_webhook { MW_ACCEPTED, MW_DUPLICATE, MW_BAD_SIGNATURE, MW_NO_EVENT_ID, MW_COUNT } metric_webhook;
 typedef enum metric_delivery { MD_DELIVERED, MD_RETRIED, MD_DEAD, MD_COUNT } metric_delivery;
 typedef enum metric_reconcile { MR_FOUND, MR_ABSENT, MR_ERROR, MR_HELD, MR_COUNT } metric_reconcile;
+/* A decision on an approval: approved counts when a gateway takes the
+ * approved action to send it (whoever approved it, API or CLI); denied
+ * when this gateway's API denies; expired when its loop expires one. */
+typedef enum metric_approval { MA_APPROVED, MA_DENIED, MA_EXPIRED, MA_COUNT } metric_approval;
 
 typedef struct metrics metrics;
 
@@ -43,6 +49,10 @@ void metrics_delivery(metrics *m, const char *source, metric_delivery d);
 void metrics_reconcile(metrics *m, const char *scope, metric_reconcile r);
 /* A replayed LLM answer: the tokens a second generation would have cost. */
 void metrics_tokens_saved(metrics *m, const char *scope, long long tokens);
+void metrics_approval(metrics *m, const char *scope, metric_approval a, size_t n);
+/* When the oldest undecided approval was requested (0: none waits), as the
+ * background loop last read it from the store. */
+void metrics_approval_oldest(metrics *m, long long created_at_ms);
 /* Time from a webhook's arrival to its durable acknowledgement. */
 void metrics_webhook_ack(metrics *m, double seconds);
 

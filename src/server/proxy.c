@@ -21,6 +21,7 @@
 #include "common/fault.h"
 #include "common/sse.h"
 #include "common/key_template.h"
+#include "json/action_json.h"
 #include "server/leases.h"
 #include "server/log.h"
 #include "common/pct.h"
@@ -316,6 +317,79 @@ static void reply_replay(proxy *px)
     req_reply(r, status ? status : 200, resp);
 }
 
+/* Does the new request differ from the one stored under its key? Then an
+ * approval or a denial of the stored one does not cover it. */
+static int stored_request_differs(const proxy *px)
+{
+    const char *fp = px->res.action.fingerprint;
+    return fp && strcmp(fp, px->fp) != 0;
+}
+
+/* A payload that differs from the stored request: refused (on_mismatch =
+ * reject), else answered as the stored request is, flagged. 1 when
+ * answered. */
+static int reply_mismatch_refused(proxy *px)
+{
+    if (!stored_request_differs(px))
+        return 0;
+    metrics_action(px->srv->metrics, px->up->name, MO_MISMATCH);
+    if (px->up->on_mismatch != MISMATCH_REJECT)
+        return 0;
+    req_problem(px->r, 422, "payload_mismatch", "Payload mismatch", NULL,
+                "this key was first used with a different request; only that request can be approved");
+    return 1;
+}
+
+/* 202: stored, waiting for a human (docs/approvals.md). The body and the
+ * Location name the action, which GET /v1/actions/{scope}/{key} shows. */
+static void reply_awaiting(proxy *px)
+{
+    req *r = px->r;
+    if (reply_mismatch_refused(px))
+        return;
+    r->outcome = "awaiting_approval";
+    metrics_action(px->srv->metrics, px->up->name, MO_AWAITING);
+    const once_action *a = &px->res.action;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:o}", "state", "awaiting_approval", "scope", px->up->name, "key",
+                          px->key, "approved", a->approved_at > 0, "decide_by",
+                          json_new_time(a->lease_expires_at));
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    buf loc = {0};
+    int rc = text ? buf_append(&loc, "/v1/actions/", 12, 4096) : -1;
+    if (rc == 0)
+        rc = pct_encode(&loc, px->up->name, strlen(px->up->name), 4096);
+    if (rc == 0)
+        rc = buf_append(&loc, "/", 1, 4096);
+    if (rc == 0)
+        rc = pct_encode(&loc, px->key, strlen(px->key), 4096);
+    if (rc == 0)
+        rc = buf_append(&loc, "", 1, 4096);
+    struct MHD_Response *resp = rc == 0 ? resp_bytes(text, strlen(text), "application/json") : NULL;
+    if (resp) {
+        MHD_add_response_header(resp, "Location", (const char *)loc.data);
+        if (stored_request_differs(px))
+            MHD_add_response_header(resp, "Idempotency-Payload-Mismatch", "true");
+    }
+    free(text);
+    buf_free(&loc);
+    req_reply(r, 202, resp);
+}
+
+/* 403: a human said no, or nobody decided in time; final until the row's
+ * retention ends. */
+static void reply_denied(proxy *px)
+{
+    req *r = px->r;
+    if (reply_mismatch_refused(px))
+        return;
+    r->outcome = "denied";
+    metrics_action(px->srv->metrics, px->up->name, MO_DENIED);
+    const char *note = px->res.action.note ? px->res.action.note : "";
+    req_problem(r, 403, "denied", "Denied", json_pack("{s:s, s:s}", "state", "denied", "note", note),
+                "this request was not approved (%s); it is not sent", note[0] ? note : "no note");
+}
+
 static void wait_settled(void *arg);
 static void wait_timeout(void *arg);
 
@@ -332,6 +406,15 @@ static void answer_existing(proxy *px)
         break;
     case ONCE_UNKNOWN:
     case ONCE_HELD: reply_unknown(px, px->res.status); break;
+    case ONCE_AWAITING_APPROVAL:
+        /* Prefer: wait waits for the decision and then the outcome. */
+        if (px->wait_deadline > clock_mono_ms() && !stored_request_differs(px) &&
+            waiters_add(px->r->srv->waiters, px->up->name, px->key, px, px->wait_deadline, wait_settled,
+                        wait_timeout) == 0)
+            return;
+        reply_awaiting(px);
+        break;
+    case ONCE_DENIED: reply_denied(px); break;
     default:
         req_problem(px->r, 500, "internal", "Internal error", NULL, "unexpected reservation status %d",
                     (int)px->res.status);
@@ -623,9 +706,17 @@ static void wait_settled(void *arg)
     reserve_start(px);
 }
 
+/* Prefer: wait ran out: the answer is what the row says now (still in
+ * flight, or still waiting for a human). */
 static void wait_timeout(void *arg)
 {
-    reply_in_flight(arg);
+    proxy *px = arg;
+    if (px->res.status == ONCE_AWAITING_APPROVAL) {
+        px->wait_deadline = 0;
+        reserve_start(px);
+        return;
+    }
+    reply_in_flight(px);
 }
 
 static int64_t prefer_wait(const char *prefer)
@@ -791,6 +882,15 @@ static void proxy_handle(req *r)
                     "%s requests to '%s' need an Idempotency-Key derived from the intent", r->method, up->name);
         return;
     }
+    /* An approval is of one stored request, under its key: without a key
+     * nothing could be approved, so nothing is sent. */
+    int approval = upstream_needs_approval(up, r->method, target);
+    if (approval && !key) {
+        req_problem(r, 400, "key_required", "Idempotency-Key required", NULL,
+                    "%s %s on '%s' waits for a human's approval, which needs an Idempotency-Key", r->method,
+                    target[0] ? target : "/", up->name);
+        return;
+    }
 
     char why[160];
     if (target_url(up->url, target, &px->url, why, sizeof why) < 0) {
@@ -827,6 +927,7 @@ static void proxy_handle(req *r)
         .retry_unknown = up->forward_key_as != NULL,
         .request_fn = meta_build,
         .request_arg = px,
+        .approval_ttl_ms = approval ? up->approve_ttl_ms : 0,
     };
     int64_t wait = prefer_wait(req_header(r, "Prefer"));
     px->wait_deadline = wait ? clock_mono_ms() + wait : 0;

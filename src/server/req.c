@@ -16,6 +16,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/pct.h"
 #include "server/server.h"
 
 struct MHD_Response *resp_bytes(const void *data, size_t len, const char *content_type)
@@ -230,4 +231,40 @@ void req_note_key(req *r, const char *scope, const char *key)
     char fp[65];
     if (key && once_fingerprint("key", scope ? scope : "", (const uint8_t *)key, strlen(key), fp) == ONCE_OK)
         snprintf(r->key_hash, sizeof r->key_hash, "%.16s", fp);
+}
+
+int req_query_param(req *r, const char *query, const char *name, char *out, size_t cap)
+{
+    size_t nlen = strlen(name);
+    const char *p = query;
+    while (p && *p) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            if (pct_decode(p + nlen + 1, len - nlen - 1, out, cap) < 0) {
+                req_problem(r, 400, "invalid_request", "Invalid request", NULL, "query parameter '%s' is malformed",
+                            name);
+                return -1;
+            }
+            return 1;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
+int req_query_limit(req *r, const char *query, size_t *limit)
+{
+    char text[16];
+    int has = req_query_param(r, query, "limit", text, sizeof text);
+    if (has <= 0)
+        return has;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!text[0] || *end || v < 1 || v > 1000) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'limit' must be between 1 and 1000");
+        return -1;
+    }
+    *limit = (size_t)v;
+    return 1;
 }

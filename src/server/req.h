@@ -144,4 +144,13 @@ void req_note_key(req *r, const char *scope, const char *key);
 /* Builds a response from bytes (copied). NULL when out of memory. */
 struct MHD_Response *resp_bytes(const void *data, size_t len, const char *content_type);
 
+/* Finds name=value in a raw query string (the route match's query),
+ * percent-decoded into out (cap bytes, NUL included). 1 found, 0 absent,
+ * -1 malformed or too long (answered 400 invalid_request). */
+int req_query_param(req *r, const char *query, const char *name, char *out, size_t cap);
+
+/* The query's limit=N of a listing, 1..1000, into *limit (untouched when
+ * absent). 1 given, 0 absent, -1 bad (answered 400 invalid_request). */
+int req_query_limit(req *r, const char *query, size_t *limit);
+
 #endif

@@ -23,6 +23,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/looper.h"
+#include "server/approvals.h"
 #include "server/guard.h"
 #include "server/hooks.h"
 #include "server/http.h"
@@ -41,6 +42,32 @@ typedef struct loop {
     unsigned tick;
     looper thread;
 } loop;
+
+/* Approvals nobody decided within approve_ttl are denied (the deadline is
+ * in each row), counted per upstream; then any left in scopes no upstream
+ * names any more. A round with nothing waiting costs one read: the age of
+ * the oldest waiting, which /metrics shows. */
+static int approvals_expire(server *srv)
+{
+    int64_t oldest = 0;
+    int rc = once_approval_oldest(srv->store, &oldest);
+    if (rc == ONCE_OK)
+        metrics_approval_oldest(srv->metrics, (long long)oldest);
+    if (rc < 0 || oldest == 0)
+        return rc;
+    size_t total = 0, n = 0;
+    for (size_t i = 0; rc == ONCE_OK && i < srv->cfg->nupstreams; i++) {
+        const char *scope = srv->cfg->upstreams[i].name;
+        rc = once_expire_approvals(srv->store, scope, once_now_ms(), &n);
+        metrics_approval(srv->metrics, scope, MA_EXPIRED, rc == ONCE_OK ? n : 0);
+        total += rc == ONCE_OK ? n : 0;
+    }
+    if (rc == ONCE_OK && (rc = once_expire_approvals(srv->store, NULL, once_now_ms(), &n)) == ONCE_OK)
+        total += n;
+    if (total)
+        log_event("info", "approvals expired (nobody decided within approve_ttl): %zu", total);
+    return rc;
+}
 
 /* One round of the background loop: leases that ran out become unknown,
  * unknown actions are held for a human (unless a provider lookup settles
@@ -69,6 +96,8 @@ static int64_t loop_round(void *arg, looper_phase phase, looper_item *posted)
             rc = once_event_sweep(srv->store, once_now_ms(), &events);
         swept += events;
     }
+    if (rc == ONCE_OK)
+        rc = approvals_expire(srv);
     if (rc < 0)
         log_event("error", "background loop: %s: %s", once_strerror(rc), once_errdetail());
     if (expired || held)
@@ -244,6 +273,10 @@ int server_run(once_config *cfg)
         log_event("error", "cannot start the reconciler thread");
         goto out;
     }
+    if (approvals_start(&srv, &srv.approvals) < 0) {
+        log_event("error", "cannot start the approvals thread");
+        goto out;
+    }
 
     for (size_t i = 0; i < nl; i++) {
         srv.daemons[i] = http_listen(&listeners[i], cfg->threads, cfg->max_connections, err, sizeof err);
@@ -284,9 +317,11 @@ out:
     waiters_stop(srv.waiters);
     delivery_quiesce(&srv);
     reconciler_quiesce(srv.reconciler);
+    approvals_quiesce(srv.approvals);
     outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
     delivery_stop(&srv);   /* settles the deliveries the stop aborted */
     reconciler_stop(srv.reconciler);
+    approvals_stop(srv.approvals); /* records what the stop cut */
     worker_stop(srv.worker);
     leases_free(srv.leases); /* every call has ended: nothing is held any more */
     srv.leases = NULL;

@@ -25,6 +25,7 @@ typedef struct waiters waiters;
 typedef struct worker worker;
 typedef struct delivery delivery;
 typedef struct reconciler reconciler;
+typedef struct approvals approvals;
 typedef struct guard guard;
 typedef struct leases leases;
 
@@ -38,6 +39,7 @@ typedef struct server {
     source_rt *sources;  /* one per cfg->sources */
     delivery *delivery;
     reconciler *reconciler;
+    approvals *approvals;  /* sends what humans approved; NULL without approve rules */
     guard *guard;
     leases *leases;        /* the leases of this node's calls in flight, renewed */
     struct MHD_Daemon **daemons;

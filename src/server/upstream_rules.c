@@ -82,6 +82,50 @@ upstream_outcome upstream_classify(const upstream_cfg *up, out_kind kind, long s
     return UPSTREAM_AMBIGUOUS;
 }
 
+/* Does s[0..n) match pattern, where '*' matches any run of characters
+ * (slashes too)? Iterative, with one backtrack point: linear enough for
+ * the short patterns of a config file. */
+static int glob_match(const char *pattern, const char *s, size_t n)
+{
+    const char *star = NULL;
+    size_t i = 0, mark = 0;
+    while (i < n) {
+        if (*pattern == '*') {
+            star = pattern++;
+            mark = i;
+        } else if (*pattern && *pattern == s[i]) {
+            pattern++;
+            i++;
+        } else if (star) {
+            pattern = star + 1;
+            i = ++mark;
+        } else {
+            return 0;
+        }
+    }
+    while (*pattern == '*')
+        pattern++;
+    return *pattern == '\0';
+}
+
+int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target)
+{
+    size_t plen = strcspn(target, "?");
+    size_t mlen = strlen(method);
+    for (size_t i = 0; i < up->napprove; i++) {
+        const char *rule = up->approve[i];
+        const char *sp = strchr(rule, ' ');
+        if (!sp)
+            continue;
+        size_t rl = (size_t)(sp - rule);
+        int method_ok = (rl == 1 && rule[0] == '*') || (rl == mlen && memcmp(rule, method, mlen) == 0);
+        /* "all" matches every target, an empty one included. */
+        if (method_ok && (strcmp(sp + 1, "*") == 0 || glob_match(sp + 1, target, plen)))
+            return 1;
+    }
+    return 0;
+}
+
 once_state upstream_outcome_state(upstream_outcome o)
 {
     switch (o) {

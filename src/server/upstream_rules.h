@@ -41,4 +41,9 @@ upstream_outcome upstream_classify(const upstream_cfg *up, out_kind kind, long s
  * unknown. */
 once_state upstream_outcome_state(upstream_outcome o);
 
+/* Does a new request (method, target: the path and query after the
+ * upstream's prefix) match one of the upstream's approve rules, so that it
+ * waits for a human? The query is not part of the match. */
+int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target);
+
 #endif

@@ -58,15 +58,18 @@ static int waiter_cmp(const void *a, const void *b)
 }
 
 /* Has the action left the live pending state (settled, gone, or its lease
- * ran out)? A read error counts as settled: the waiter's own retry then
- * meets the error and answers it. */
+ * ran out) and is it not waiting for a human (an approval: the decision,
+ * then the send, are what a waiter waits for)? A read error counts as
+ * settled: the waiter's own retry then meets the error and answers it. */
 static int action_settled(waiters *w, const waiter *it)
 {
     once_action a;
     int rc = once_get(w->srv->store, it->scope, it->key, &a);
     if (rc != ONCE_OK)
         return 1;
-    int settled = a.state != ONCE_STATE_PENDING || a.lease_expires_at <= once_now_ms();
+    int settled = a.state == ONCE_STATE_PENDING             ? a.lease_expires_at <= once_now_ms()
+                  : a.state == ONCE_STATE_AWAITING_APPROVAL ? 0
+                                                            : 1;
     once_action_free(&a);
     return settled;
 }

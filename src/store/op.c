@@ -26,7 +26,8 @@ void store_op_fail(store_op *op, int code, const char *fmt, ...)
 void store_op_void(store_op *op, int code, const char *fmt, ...)
 {
     switch (op->kind) {
-    case OP_RESERVE: once_reservation_free(op->res); break;
+    case OP_RESERVE:
+    case OP_APPROVAL_CLAIM: once_reservation_free(op->res); break;
     case OP_EV_CLAIM: once_event_list_free(op->ev_list); break;
     case OP_RC_CLAIM: once_action_list_free(op->list); break;
     case OP_EV_INSERT: *op->inserted = 0; break;
@@ -73,6 +74,10 @@ static void store_op_check(const store_op *op)
     case OP_COMPLETE:
     case OP_SETTLE:
     case OP_RENEW: ONCE_ASSERT(op->scope && op->key && op->token); break;
+    case OP_DECIDE: ONCE_ASSERT(op->scope && op->key && op->step); break;
+    case OP_EXPIRE_APPROVALS: ONCE_ASSERT(op->step); break;
+    case OP_APPROVAL_CLAIM: ONCE_ASSERT(op->scope && op->res && op->token && op->lease_ms > 0); break;
+    case OP_APPROVAL_OLDEST: ONCE_ASSERT(op->oldest); break;
     case OP_RESOLVE:
     case OP_HOLD:
     case OP_RC_SETTLE:
@@ -165,9 +170,13 @@ int store_queue_op(once_store *s, store_op *op, once_cb cb, void *ctx)
  * the fresh token costs random bytes only when a write follows. */
 int store_queue_reserve(once_store *s, store_op *op, once_reserve_req *req, once_cb cb, void *ctx)
 {
-    char token[ONCE_TOKEN_LEN + 1]; /* an asynchronous op copies it */
+    char token[ONCE_TOKEN_LEN + 1] = ""; /* an asynchronous op copies it */
     int rc = store_reserve_request(req);
-    if (rc < 0 || (rc = once_token_new(token)) < 0)
+    if (rc < 0)
+        return rc;
+    /* A row that waits for approval has no token: its sender gets one when
+     * it claims it (store_queue_approval_claim). */
+    if (req->approval_ttl_ms <= 0 && (rc = once_token_new(token)) < 0)
         return rc;
     op->token = token;
     return store_queue_op(s, op, cb, ctx);
@@ -316,4 +325,34 @@ int store_queue_event_sweep(once_store *s, int64_t now, size_t *count)
 {
     store_op op = {.kind = OP_EV_SWEEP, .now = now};
     return queue_counted(s, &op, count);
+}
+
+/* A human approves or denies an action awaiting approval. */
+int store_queue_decide(once_store *s, const char *scope, const char *key, int approve, const char *note,
+                       const char *step, int64_t now)
+{
+    store_op op = {.kind = OP_DECIDE, .now = now, .scope = scope, .key = key, .approve = approve, .text = note,
+                   .step = step};
+    return store_queue_op(s, &op, NULL, NULL);
+}
+
+/* Undecided actions past their deadline are denied. */
+int store_queue_expire_approvals(once_store *s, const char *scope, int64_t now, const char *step, size_t *count)
+{
+    store_op op = {.kind = OP_EXPIRE_APPROVALS, .now = now, .scope = scope, .step = step};
+    return queue_counted(s, &op, count);
+}
+
+/* A sender claims an approved action: like a reservation, it gets a fresh
+ * token, made here off the writer. */
+int store_queue_approval_claim(once_store *s, const char *scope, int64_t lease_ms, int64_t now,
+                               once_reservation *out)
+{
+    char token[ONCE_TOKEN_LEN + 1];
+    int rc = once_token_new(token);
+    if (rc < 0)
+        return rc;
+    store_op op = {.kind = OP_APPROVAL_CLAIM, .now = now, .scope = scope, .lease_ms = lease_ms, .token = token,
+                   .res = out};
+    return store_queue_op(s, &op, NULL, NULL);
 }

@@ -31,7 +31,11 @@ typedef enum store_op_kind {
     OP_EV_GET,
     OP_EV_LIST,
     OP_EV_REDELIVER,
-    OP_EV_SWEEP
+    OP_EV_SWEEP,
+    OP_DECIDE,           /* approve or deny (op->approve) */
+    OP_EXPIRE_APPROVALS, /* deny the undecided past their deadline */
+    OP_APPROVAL_CLAIM,   /* take one approved action to send */
+    OP_APPROVAL_OLDEST   /* a read: the oldest undecided action's created_at */
 } store_op_kind;
 
 /* One queued operation: its inputs, where its outputs go, and its result.
@@ -67,6 +71,10 @@ typedef struct store_op {
     int64_t lease_ms;
     int64_t delay_ms;
     int64_t *lease_out; /* OP_RENEW: the new lease deadline (may be NULL) */
+    /* approvals */
+    const char *step;   /* OP_DECIDE, OP_EXPIRE_APPROVALS: the trail line, stamped */
+    int approve;        /* OP_DECIDE: 1 approve, 0 deny (op->text: the denial's note) */
+    int64_t *oldest;    /* OP_APPROVAL_OLDEST: created_at, 0 when none waits */
     int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
     int dead; /* OP_EV_SETTLE retry: give up */
     int rc;
@@ -133,7 +141,7 @@ int store_queue_reserve(once_store *s, store_op *op, once_reserve_req *req, once
 /* The store_vtable entries that are writes and nothing else: each builds its
  * operation and queues it for the writers (store_queue_op). The reads and the
  * two writes that a read may answer first (reserve, event_insert) are each
- * store's own. */
+ * store's own (and so is approval_oldest, a read). */
 int store_queue_complete(once_store *s, const char *scope, const char *key, const char *token,
                          const once_response *resp, const char *provider_id, int64_t now, once_cb cb, void *ctx);
 int store_queue_settle(once_store *s, const char *scope, const char *key, const char *token, once_state to,
@@ -154,6 +162,12 @@ int store_queue_reconcile(once_store *s, const char *scope, const char *key, onc
 int store_queue_reconcile_failed(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
                                  const char *step, int64_t now);
 int store_queue_ping(once_store *s);
+int store_queue_decide(once_store *s, const char *scope, const char *key, int approve, const char *note,
+                       const char *step, int64_t now);
+int store_queue_expire_approvals(once_store *s, const char *scope, int64_t now, const char *step, size_t *count);
+/* Makes the claim's fresh token (as store_queue_reserve does) and queues it. */
+int store_queue_approval_claim(once_store *s, const char *scope, int64_t lease_ms, int64_t now,
+                               once_reservation *out);
 int store_queue_event_claim(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
                             once_event_list *out);
 int store_queue_event_settle(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms,
@@ -169,6 +183,8 @@ int store_queue_event_sweep(once_store *s, int64_t now, size_t *count);
     .sweep = store_queue_sweep, .hold_unknown = store_queue_hold_unknown,                                       \
     .reconcile_claim = store_queue_reconcile_claim, .reconcile = store_queue_reconcile,                         \
     .reconcile_failed = store_queue_reconcile_failed, .ping = store_queue_ping,                                 \
+    .decide = store_queue_decide, .expire_approvals = store_queue_expire_approvals,                             \
+    .approval_claim = store_queue_approval_claim,                                                               \
     .event_claim = store_queue_event_claim, .event_settle = store_queue_event_settle,                           \
     .event_redeliver = store_queue_event_redeliver, .event_sweep = store_queue_event_sweep
 

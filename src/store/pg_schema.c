@@ -274,6 +274,91 @@ static const char *const migrations[] = {
      "     WHEN 'held' THEN 'late completion (the action was held)' END),"
      "   updated_at = p_now, expires_at = p_now + retention_ms WHERE id = r.id;"
      PG_ANSWER_OK),
+
+    /* 6: approvals — two states (awaiting_approval, denied) and when a
+     * human approved. A new once_reserve takes the approval's deadline
+     * (approval_ttl); the old one, still called by gateways not yet
+     * upgraded, becomes the new one without it, so that no node re-arms a
+     * row that waits for a human or was denied. */
+    ("DO $$ DECLARE c text; BEGIN"
+     "  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'actions'::regclass AND contype = 'c'"
+     "   AND pg_get_constraintdef(oid) LIKE '%state%' LOOP"
+     "   EXECUTE format('ALTER TABLE actions DROP CONSTRAINT %I', c);"
+     "  END LOOP;"
+     " END $$;"
+     "ALTER TABLE actions ADD CONSTRAINT actions_state_check CHECK (state IN ('pending','completed','released',"
+     "  'unknown','held','awaiting_approval','denied')), ADD COLUMN approved_at BIGINT NOT NULL DEFAULT 0;"
+     "ALTER TYPE once_reserved ADD ATTRIBUTE approved_at bigint;"
+     "DROP INDEX actions_expiry;"
+     "CREATE INDEX actions_expiry ON actions (expires_at) WHERE state IN ('completed','released','denied');"
+     "CREATE INDEX actions_awaiting ON actions (scope, approved_at) WHERE state = 'awaiting_approval';"
+     /* reserve: as in 1, and where a new attempt would start, one that
+      * needs approval (p_approval_ttl > 0) waits for it instead: no token,
+      * the decision's deadline in lease_expires_at. Answers also
+      * 'awaiting_approval' and 'denied'. */
+     "CREATE FUNCTION once_reserve(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint,"
+     "  p_retention bigint, p_fp text, p_request bytea, p_retry_unknown boolean, p_approval_ttl bigint)"
+     " RETURNS SETOF once_reserved LANGUAGE plpgsql AS $$"
+     " DECLARE r actions%ROWTYPE; ans text; st text := 'pending'; tok text := p_token;"
+     "  lease bigint := p_now + p_lease;"
+     " BEGIN"
+     "  IF p_approval_ttl > 0 THEN st := 'awaiting_approval'; tok := ''; lease := p_now + p_approval_ttl; END IF;"
+     "  LOOP"
+     "   INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+     "     expires_at, retention_ms, fingerprint, request)"
+     "   VALUES (p_scope, p_key, st, 1, tok, p_now, p_now, lease, 0, p_retention, p_fp, p_request)"
+     "   ON CONFLICT (scope, key) DO NOTHING RETURNING * INTO r;"
+     "   IF FOUND THEN"
+     "    RETURN QUERY SELECT CASE WHEN st = 'pending' THEN 'reserved' ELSE st END, a.* FROM actions a"
+     "     WHERE a.id = r.id;"
+     "    RETURN;"
+     "   END IF;"
+     "   SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+     "   EXIT WHEN FOUND;"
+     "  END LOOP;"
+     "  IF r.state = 'completed' AND r.expires_at > p_now THEN ans := 'completed';"
+     "  ELSIF r.state = 'pending' AND r.lease_expires_at > p_now THEN ans := 'in_flight';"
+     "  ELSIF r.state = 'awaiting_approval' THEN ans := 'awaiting_approval';"
+     "  ELSIF r.state = 'denied' AND r.expires_at > p_now THEN ans := 'denied';"
+     "  ELSIF r.state IN ('unknown', 'held') AND NOT p_retry_unknown THEN ans := r.state;"
+     "  ELSIF r.state = 'pending' AND NOT p_retry_unknown THEN"
+     "   UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = p_now WHERE id = r.id;"
+     "   ans := 'unknown';"
+     "  ELSE"
+     "   UPDATE actions SET state = st, attempt = attempt + 1, token = tok, updated_at = p_now,"
+     "    lease_expires_at = lease, expires_at = 0, retention_ms = p_retention, fingerprint = p_fp,"
+     "    request = p_request, has_response = false, resp_status = NULL, resp_headers = NULL,"
+     "    resp_body = NULL, provider_id = NULL, error = NULL, note = NULL, approved_at = 0 WHERE id = r.id;"
+     "   ans := CASE WHEN st = 'pending' THEN 'reserved' ELSE st END;"
+     "  END IF;"
+     "  RETURN QUERY SELECT ans, a.* FROM actions a WHERE a.id = r.id;"
+     " END $$;"
+     "CREATE OR REPLACE FUNCTION once_reserve(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint,"
+     "  p_retention bigint, p_fp text, p_request bytea, p_retry_unknown boolean)"
+     " RETURNS SETOF once_reserved LANGUAGE plpgsql AS $$"
+     " BEGIN"
+     "  RETURN QUERY SELECT * FROM once_reserve(p_scope, p_key, p_token, p_now, p_lease, p_retention, p_fp,"
+     "   p_request, p_retry_unknown, 0::bigint);"
+     " END $$;"
+     /* approve / deny: 'ok', 'notfound', 'state:<state>', or 'approved'
+      * for a denial of an approved action (it is being sent). */
+     "CREATE FUNCTION once_decide(p_scope text, p_key text, p_approve boolean, p_note text, p_step text,"
+     "  p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
+     PG_LOCK_ACTION
+     "  IF p_approve AND r.approved_at > 0 THEN RETURN 'ok'; END IF;"
+     "  IF r.state <> 'awaiting_approval' THEN RETURN 'state:' || r.state; END IF;"
+     "  IF r.approved_at > 0 THEN"
+     "   IF p_approve THEN RETURN 'ok'; END IF;"
+     "   RETURN 'approved';"
+     "  END IF;"
+     "  IF p_approve THEN"
+     "   UPDATE actions SET approved_at = p_now, updated_at = p_now,"
+     "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
+     "  ELSE"
+     "   UPDATE actions SET state = 'denied', note = p_note, updated_at = p_now, expires_at = p_now + retention_ms,"
+     "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
+     "  END IF;"
+     PG_ANSWER_OK),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
@@ -281,6 +366,11 @@ static const char *const migrations[] = {
 int pg_schema_latest(void)
 {
     return LATEST;
+}
+
+const char *pg_schema_step(int n)
+{
+    return n >= 1 && n <= LATEST ? migrations[n - 1] : NULL;
 }
 
 static int exec_ok(PGconn *c, const char *sql, char *err, size_t errlen)

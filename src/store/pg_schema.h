@@ -14,4 +14,9 @@ int pg_schema_prepare(PGconn *c, const char *schema);
 /* The schema version this build writes. */
 int pg_schema_latest(void);
 
+/* The SQL of migration n (1..latest), which takes a database from version
+ * n-1 to n; NULL outside. For the tests that build a database of an older
+ * version and open it with this one. */
+const char *pg_schema_step(int n);
+
 #endif

@@ -94,6 +94,19 @@ static int pgs_get(once_store *st, const char *scope, const char *key, once_acti
     return rc;
 }
 
+/* The oldest undecided action's created_at: one read. */
+static int pgs_approval_oldest(once_store *st, int64_t *created_at)
+{
+    params p = {.n = 0};
+    PGresult *res;
+    int rc = read_exec(pg(st), "approval_oldest", &p, &res);
+    if (rc < 0)
+        return rc;
+    *created_at = PQntuples(res) == 1 ? col_int(res, 0, 0) : 0;
+    PQclear(res);
+    return ONCE_OK;
+}
+
 static int pgs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
     params p = {.n = 0};
@@ -181,6 +194,7 @@ static const store_vtable pg_vtable = {
     /* the writes a read may answer first; the reads */
     .reserve = pgs_reserve, .event_insert = pgs_event_insert,
     .get = pgs_get, .list = pgs_list, .event_get = pgs_event_get, .event_list = pgs_event_list,
+    .approval_oldest = pgs_approval_oldest,
     .close = pgs_close,
 };
 

@@ -13,7 +13,7 @@
 #include "store/pg_int.h"
 
 const stmt_def pg_stmts[] = {
-    {"reserve", "SELECT * FROM once_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
+    {"reserve", "SELECT * FROM once_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"complete", "SELECT once_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"settle", "SELECT once_settle($1, $2, $3, $4, $5, $6)"},
     {"resolve", "SELECT once_resolve($1, $2, $3, $4, $5, $6)"},
@@ -25,7 +25,7 @@ const stmt_def pg_stmts[] = {
                  "THEN error WHEN error IS NULL THEN $2 ELSE $2 || ' (after: ' || error || ')' END "
                  "WHERE state = 'unknown' AND ($3::text IS NULL OR scope = $3) "
                  "AND ($4::text IS NULL OR position(',' || scope || ',' in ',' || $4 || ',') = 0)"},
-    {"sweep", "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
+    {"sweep", "DELETE FROM actions WHERE state IN ('completed','released','denied') AND expires_at > 0 "
               "AND expires_at <= $1"},
     {"get", "SELECT " A_COLS " FROM actions WHERE scope = $1 AND key = $2"},
     /* A page stops where its bodies pass $5 bytes (one row at least), so
@@ -45,7 +45,7 @@ const stmt_def pg_stmts[] = {
                  "WHERE a.id = d.id RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, "
                  "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
                  "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
-                 "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored"},
+                 "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at"},
     {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
     /* No conflict target: a duplicate id or a duplicate digest. */
@@ -72,6 +72,25 @@ const stmt_def pg_stmts[] = {
                 "ORDER BY id LIMIT $4) p) w WHERE w.rn = 1 OR w.run <= $5 ORDER BY w.id"},
     {"ev_redeliver", "UPDATE events SET state = 'pending', next_at = $3, claim_until = 0, receipt = NULL, "
                      "expires_at = 0, updated_at = $3 WHERE source = $1 AND event_id = $2"},
+    /* approvals */
+    {"decide", "SELECT once_decide($1, $2, $3, $4, $5, $6)"},
+    /* Approved rows wait for their sender: never expired. */
+    {"expire_approvals", "UPDATE actions SET state = 'denied', note = '" LEDGER_APPROVAL_EXPIRED "', "
+                         "updated_at = $1, expires_at = $1 + retention_ms, trail = CASE WHEN trail IS NULL "
+                         "THEN $2::text ELSE trail || E'\\n' || $2::text END WHERE state = 'awaiting_approval' "
+                         "AND approved_at = 0 AND lease_expires_at <= $1 AND ($3::text IS NULL OR scope = $3)"},
+    /* SKIP LOCKED: claimers on N nodes never take the same row; the first
+     * approved is the first sent. */
+    {"approval_claim", "UPDATE actions a SET state = 'pending', token = $3, attempt = a.attempt + 1, "
+                       "lease_expires_at = $2::bigint + $4::bigint, updated_at = $2 FROM (SELECT id FROM actions "
+                       "WHERE state = 'awaiting_approval' AND scope = $1 AND approved_at > 0 "
+                       "ORDER BY approved_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) d WHERE a.id = d.id "
+                       "RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, a.updated_at, "
+                       "a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, a.has_response, "
+                       "a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, a.lookups, "
+                       "a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at"},
+    {"approval_oldest", "SELECT coalesce(min(created_at), 0) FROM actions WHERE state = 'awaiting_approval' "
+                        "AND approved_at = 0"},
     {"ev_sweep", "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= $1"},
 };
 const size_t pg_nstmts = sizeof pg_stmts / sizeof pg_stmts[0];
@@ -94,8 +113,22 @@ static void answer_code(store_op *op, const char *ans, const char *what)
                       strncmp(ans, "state:", 6) == 0 ? ans + 6 : ans);
 }
 
+/* The status a once_reserve answer names: the answers are the statuses'
+ * names ('reserved', 'completed', ..., 'awaiting_approval', 'denied').
+ * An answer this build does not know is taken for UNKNOWN: never resent. */
+static once_reserve_status reserve_status(const char *ans)
+{
+    for (int s = ONCE_RESERVED; s <= ONCE_DENIED; s++) {
+        const char *name = once_reserve_status_name((once_reserve_status)s);
+        if (name && strcmp(ans, name) == 0)
+            return (once_reserve_status)s;
+    }
+    return ONCE_UNKNOWN;
+}
+
 /* once_reserve's row: 'reserved' (a new attempt) or the answer the row gave
- * ('completed', 'in_flight', 'unknown', 'held'), then the row itself. */
+ * ('completed', 'in_flight', 'unknown', 'held', 'awaiting_approval',
+ * 'denied'), then the row itself. */
 static void decode_reserve(store_op *op, const PGresult *res)
 {
     if (PQntuples(res) != 1) {
@@ -119,14 +152,10 @@ static void decode_reserve(store_op *op, const PGresult *res)
         op->rc = ONCE_OK;
         return;
     }
-    /* completed / in_flight / unknown / held, decided server-side */
+    /* completed / in_flight / unknown / held / awaiting_approval / denied,
+     * decided server-side */
     r->action = a;
-    ledger_answer_reservation(r,
-                              strcmp(ans, "completed") == 0   ? ONCE_COMPLETED
-                              : strcmp(ans, "in_flight") == 0 ? ONCE_IN_FLIGHT
-                              : strcmp(ans, "held") == 0      ? ONCE_HELD
-                                                              : ONCE_UNKNOWN,
-                              op->rreq->fingerprint);
+    ledger_answer_reservation(r, reserve_status(ans), op->rreq->fingerprint);
     op->rc = ONCE_OK;
 }
 
@@ -147,6 +176,43 @@ static void decode_action_answer(store_op *op, const PGresult *res)
 static void decode_event_answer(store_op *op, const PGresult *res)
 {
     answer_code(op, PQgetvalue(res, 0, 0), "event");
+}
+
+/* once_decide's answer: as answer_code's, with the details the SQLite store
+ * gives too. */
+static void decode_decide(store_op *op, const PGresult *res)
+{
+    const char *ans = PQgetvalue(res, 0, 0);
+    const char *verb = op->approve ? "approved" : "denied";
+    if (strcmp(ans, "approved") == 0)
+        store_op_fail(op, ONCE_ESTATE, "%s/%s was approved and is being sent: it can no longer be denied", op->scope,
+                      op->key);
+    else if (strncmp(ans, "state:", 6) == 0)
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only an action awaiting approval can be %s", op->scope, op->key,
+                      ans + 6, verb);
+    else
+        answer_code(op, ans, "action");
+}
+
+/* An approval claim returns the row it took (pending under the claim's
+ * token), or none: op->rc 1 with op->res filled as a reservation, or 0. */
+static void decode_approval_claim(store_op *op, const PGresult *res)
+{
+    if (PQntuples(res) == 0) {
+        op->rc = 0;
+        return;
+    }
+    once_reservation *r = op->res;
+    int rc = action_decode(res, 0, 0, &r->action);
+    if (rc < 0) {
+        store_op_fail(op, rc, "approval claim: cannot read the row");
+        return;
+    }
+    r->status = ONCE_RESERVED;
+    memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
+    r->attempt = r->action.attempt;
+    r->lease_expires_at = r->action.lease_expires_at;
+    op->rc = 1;
 }
 
 /* A renewal that went through moves the caller's lease deadline too. */
@@ -237,6 +303,9 @@ typedef enum pg_arg {
     ARG_REQ_FINGERPRINT,
     ARG_REQ_BODY,
     ARG_REQ_RETRY_UNKNOWN,
+    ARG_REQ_APPROVAL_TTL,
+    ARG_APPROVE,       /* a decision: approve (true) or deny */
+    ARG_STEP,          /* a trail line */
     ARG_EV_SOURCE,     /* the event to insert ... */
     ARG_EV_ID,
     ARG_EV_RETENTION,
@@ -257,7 +326,7 @@ typedef struct pg_op_def {
 static const pg_op_def pg_ops[] = {
     [OP_RESERVE] = {"reserve",
                     {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_REQ_LEASE, ARG_REQ_RETENTION, ARG_REQ_FINGERPRINT,
-                     ARG_REQ_BODY, ARG_REQ_RETRY_UNKNOWN},
+                     ARG_REQ_BODY, ARG_REQ_RETRY_UNKNOWN, ARG_REQ_APPROVAL_TTL},
                     decode_reserve},
     [OP_COMPLETE] = {"complete", {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_RESPONSE, ARG_PROVIDER, ARG_NOT_STORED},
                      decode_action_answer},
@@ -286,6 +355,9 @@ static const pg_op_def pg_ops[] = {
                       decode_event_answer},
     [OP_EV_REDELIVER] = {"ev_redeliver", {ARG_SCOPE, ARG_EVENT_ID, ARG_NOW}, decode_redeliver},
     [OP_EV_SWEEP] = {"ev_sweep", {ARG_NOW}, decode_count},
+    [OP_DECIDE] = {"decide", {ARG_SCOPE, ARG_KEY, ARG_APPROVE, ARG_TEXT, ARG_STEP, ARG_NOW}, decode_decide},
+    [OP_EXPIRE_APPROVALS] = {"expire_approvals", {ARG_NOW, ARG_STEP, ARG_SCOPE}, decode_count},
+    [OP_APPROVAL_CLAIM] = {"approval_claim", {ARG_SCOPE, ARG_NOW, ARG_TOKEN, ARG_LEASE}, decode_approval_claim},
 };
 
 /* The statement of op's kind, or NULL with op failed when it is no write. */
@@ -344,6 +416,9 @@ static int p_arg(params *p, store_op *op, pg_arg a)
     case ARG_REQ_FINGERPRINT: p_text(p, r->fingerprint); break;
     case ARG_REQ_BODY: p_bytes(p, r->request, r->request_len); break;
     case ARG_REQ_RETRY_UNKNOWN: p_bool(p, r->retry_unknown); break;
+    case ARG_REQ_APPROVAL_TTL: p_int(p, r->approval_ttl_ms); break;
+    case ARG_APPROVE: p_bool(p, op->approve); break;
+    case ARG_STEP: p_text(p, op->step); break;
     case ARG_EV_SOURCE: p_text(p, e->source); break;
     case ARG_EV_ID: p_text(p, e->event_id); break;
     case ARG_EV_RETENTION: p_int(p, e->retention_ms); break;

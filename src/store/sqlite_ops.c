@@ -18,7 +18,7 @@
 #define COLS                                                                                        \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
-    "provider_id, error, note, lookups, trail, resp_not_stored"
+    "provider_id, error, note, lookups, trail, resp_not_stored, approved_at"
 
 enum {
     C_ID,
@@ -43,20 +43,21 @@ enum {
     C_NOTE,
     C_LOOKUPS,
     C_TRAIL,
-    C_RESP_NOT_STORED
+    C_RESP_NOT_STORED,
+    C_APPROVED
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT] = "INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, "
                   "lease_expires_at, expires_at, retention_ms, fingerprint, request) "
-                  "VALUES (?1, ?2, 'pending', 1, ?3, ?4, ?4, ?5, 0, ?6, ?7, ?8) "
+                  "VALUES (?1, ?2, ?9, 1, ?3, ?4, ?4, ?5, 0, ?6, ?7, ?8) "
                   "ON CONFLICT (scope, key) DO NOTHING",
     [ST_SELECT] = "SELECT " COLS " FROM actions WHERE scope = ?1 AND key = ?2",
-    [ST_REARM] = "UPDATE actions SET state = 'pending', attempt = attempt + 1, token = ?2, updated_at = ?3, "
+    [ST_REARM] = "UPDATE actions SET state = ?8, attempt = attempt + 1, token = ?2, updated_at = ?3, "
                  "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
                  "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
                  "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0, "
-                 "resp_not_stored = 0 WHERE id = ?1",
+                 "resp_not_stored = 0, approved_at = 0 WHERE id = ?1",
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
                     "updated_at = ?8, expires_at = ?8 + retention_ms, resp_not_stored = ?9 WHERE id = ?1",
@@ -69,7 +70,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                    "expires_at = ?5 + retention_ms WHERE id = ?1",
     [ST_EXPIRE] = "UPDATE actions SET state = 'unknown', error = '" ONCE_REASON_LEASE_EXPIRED "', updated_at = ?1 "
                   "WHERE state = 'pending' AND lease_expires_at <= ?1",
-    [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released') AND expires_at > 0 "
+    [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released','denied') AND expires_at > 0 "
                  "AND expires_at <= ?1",
     [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = CASE WHEN ?2 IS NULL THEN error "
                     "WHEN error IS NULL THEN ?2 ELSE ?2 || ' (after: ' || error || ')' END, updated_at = ?1 "
@@ -93,6 +94,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                 "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
     [ST_PING] = "SELECT 1",
     [ST_RENEW] = "UPDATE actions SET lease_expires_at = ?2 WHERE id = ?1",
+    [ST_SELECT_ID] = "SELECT " COLS " FROM actions WHERE id = ?1",
 };
 
 int sq_errcode(int rc)
@@ -145,6 +147,8 @@ void sq_conn_close(sq_conn *c)
         sqlite3_finalize(c->st[i]);
     for (int i = 0; i < EV_COUNT; i++)
         sqlite3_finalize(c->ev[i]);
+    for (int i = 0; i < AP_COUNT; i++)
+        sqlite3_finalize(c->ap[i]);
     sqlite3_close(c->db);
     memset(c, 0, sizeof *c);
 }
@@ -258,6 +262,7 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->lookups = sqlite3_column_int64(st, C_LOOKUPS);
     a->trail = sq_col_dup(st, C_TRAIL, NULL, &ok);
     a->response.body_not_stored = sqlite3_column_int64(st, C_RESP_NOT_STORED);
+    a->approved_at = sqlite3_column_int64(st, C_APPROVED);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -504,22 +509,55 @@ static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to,
     return sq_write_step(c, op, st, what);
 }
 
+/* The state a reservation that may go ahead writes: pending, or (with an
+ * approval_ttl) awaiting a human's approval. */
+static once_state attempt_state(const store_op *op)
+{
+    return op->rreq->approval_ttl_ms > 0 ? ONCE_STATE_AWAITING_APPROVAL : ONCE_STATE_PENDING;
+}
+
 /* A new attempt's columns from ?i on, in the order ST_INSERT and ST_REARM
- * share: its token, now, the end of its lease, the retention, the request's
- * fingerprint and the request. */
+ * share: its token (empty while it awaits approval), now, the end of its
+ * lease (or the decision's deadline), the retention, the request's
+ * fingerprint, the request and its state. */
 static void bind_attempt(sqlite3_stmt *st, int i, const store_op *op)
 {
     const once_reserve_req *r = op->rreq;
+    int approval = r->approval_ttl_ms > 0;
     sq_bind_text(st, i, op->token);
     sqlite3_bind_int64(st, i + 1, op->now);
-    sqlite3_bind_int64(st, i + 2, op->now + r->lease_ms);
+    sqlite3_bind_int64(st, i + 2, op->now + (approval ? r->approval_ttl_ms : r->lease_ms));
     sqlite3_bind_int64(st, i + 3, r->retention_ms);
     sq_bind_text(st, i + 4, r->fingerprint);
     sq_bind_blob(st, i + 5, r->request, r->request_len);
+    sq_bind_text(st, i + 6, once_state_name(attempt_state(op)));
 }
 
-static void reserved(store_op *op, int64_t attempt)
+/* Answers a reservation with status from the row of (scope, key) as the
+ * reservation left it: an expired lease it took for unknown, or a row it
+ * left waiting for approval. */
+static void answer_written(sq_conn *c, store_op *op, once_reserve_status status)
 {
+    sqlite3_stmt *st;
+    int found = row_find(c, op, &st);
+    if (found == 1 && row_decode(st, &op->res->action) == ONCE_OK) {
+        ledger_answer_reservation(op->res, status, op->rreq->fingerprint);
+        op->rc = ONCE_OK;
+    } else if (found >= 0) {
+        store_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", op->rreq->scope, op->rreq->key);
+    }
+    if (st)
+        sq_done(st);
+}
+
+/* The end of a reservation that wrote a new attempt: RESERVED with its
+ * token and lease, or the row when it waits for approval. */
+static void reserved(sq_conn *c, store_op *op, int64_t attempt)
+{
+    if (attempt_state(op) == ONCE_STATE_AWAITING_APPROVAL) {
+        answer_written(c, op, ONCE_AWAITING_APPROVAL);
+        return;
+    }
     once_reservation *res = op->res;
     res->status = ONCE_RESERVED;
     memcpy(res->token, op->token, ONCE_TOKEN_LEN + 1);
@@ -541,7 +579,7 @@ static void op_reserve(sq_conn *c, store_op *op)
         return;
     /* The unique constraint decided: one insert wins, the rest read. */
     if (sqlite3_changes(c->db) == 1) {
-        reserved(op, 1);
+        reserved(c, op, 1);
         return;
     }
     if (!(st = stmt(c, op, ST_SELECT)))
@@ -568,26 +606,19 @@ static void op_reserve(sq_conn *c, store_op *op)
          * have acted: never hand the key to a new attempt. */
         if (set_state(c, op, &h, ONCE_STATE_UNKNOWN, ONCE_REASON_LEASE_EXPIRED, 0, "reserve: expire lease") < 0)
             return;
-        int found = row_find(c, op, &st);
-        if (found == 1 && row_decode(st, &op->res->action) == ONCE_OK) {
-            ledger_answer_reservation(op->res, ONCE_UNKNOWN, r->fingerprint);
-            op->rc = ONCE_OK;
-        } else if (found >= 0) {
-            store_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", r->scope, r->key);
-        }
-        if (st)
-            sq_done(st);
+        answer_written(c, op, ONCE_UNKNOWN);
         return;
     }
-    /* RELEASED, COMPLETED past its retention, or (natively deduped) UNKNOWN,
-     * HELD or an expired lease: a new attempt. */
-    ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_PENDING));
+    /* RELEASED, COMPLETED or DENIED past its retention, or (natively
+     * deduped) UNKNOWN, HELD or an expired lease: a new attempt (or one
+     * that waits for approval). */
+    ONCE_ASSERT(ledger_transition_allowed(h.state, attempt_state(op)));
     if (!(st = row_stmt(c, op, ST_REARM, h.id)))
         return;
     bind_attempt(st, 2, op);
     if (sq_write_step(c, op, st, "reserve again") < 0)
         return;
-    reserved(op, h.attempt + 1);
+    reserved(c, op, h.attempt + 1);
 }
 
 /* Fencing: only the current attempt's token may settle the row. */
@@ -826,6 +857,21 @@ static void op_list(sq_conn *c, store_op *op)
     op->list->items = items;
 }
 
+int sq_action_by_id(sq_conn *c, store_op *op, int64_t id, once_action *out)
+{
+    sqlite3_stmt *st = row_stmt(c, op, ST_SELECT_ID, id);
+    if (!st)
+        return -1;
+    int found = sq_step_row(c, op, st, "select");
+    int rc = found == 1 ? row_decode(st, out) : ONCE_ESTORE;
+    sq_done(st);
+    if (found == 1 && rc < 0)
+        store_op_fail(op, rc, "cannot read the action");
+    else if (found == 0)
+        store_op_fail(op, ONCE_ESTORE, "the action %lld is gone", (long long)id);
+    return found == 1 && rc == ONCE_OK ? 0 : -1;
+}
+
 /* An action by its name: the row, decoded (sq_finish_get). */
 static void op_get(sq_conn *c, store_op *op)
 {
@@ -867,6 +913,10 @@ void sq_op_run(sq_conn *c, store_op *op)
     case OP_GET: op_get(c, op); break;
     case OP_LIST: op_list(c, op); break;
     case OP_PING: op_ping(c, op); break;
+    case OP_DECIDE:
+    case OP_EXPIRE_APPROVALS:
+    case OP_APPROVAL_CLAIM:
+    case OP_APPROVAL_OLDEST: sq_approval_run(c, op); break;
     default: sq_event_run(c, op); break;
     }
     if (op->rc == ONCE_ESTORE && !op->detail[0])

@@ -27,6 +27,7 @@ enum sq_stmt {
     ST_LIST,
     ST_PING,
     ST_RENEW,
+    ST_SELECT_ID,
     ST_COUNT
 };
 
@@ -46,10 +47,23 @@ enum sq_ev_stmt {
     EV_COUNT
 };
 
+/* The statements of the approval operations (sqlite_approvals.c). */
+enum sq_ap_stmt {
+    AP_SELECT,
+    AP_APPROVE,
+    AP_DENY,
+    AP_EXPIRE,
+    AP_DUE,
+    AP_CLAIM,
+    AP_OLDEST,
+    AP_COUNT
+};
+
 typedef struct sq_conn {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
     sqlite3_stmt *ev[EV_COUNT];
+    sqlite3_stmt *ap[AP_COUNT];
 } sq_conn;
 
 /* Opens path with the connection settings once relies on. */
@@ -61,9 +75,9 @@ void sq_conn_close(sq_conn *c);
 void sq_op_run(sq_conn *c, store_op *op);
 
 /* The read-only part of a reservation: answers op from the row as it is
- * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD) and returns 1, or returns 0 when the
- * reservation needs the writer (no row, released, expired). On error sets
- * op->rc and returns 1. */
+ * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD, AWAITING_APPROVAL, DENIED) and
+ * returns 1, or returns 0 when the reservation needs the writer (no row,
+ * released, expired). On error sets op->rc and returns 1. */
 int sq_reserve_read(sq_conn *c, store_op *op);
 
 
@@ -123,6 +137,13 @@ int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows
 
 /* The ledger's code for an SQLite result code. */
 int sq_errcode(int rc);
+
+/* The action of row id, decoded into *out: 0, or -1 with op failed. */
+int sq_action_by_id(sq_conn *c, store_op *op, int64_t id, once_action *out);
+
+/* The approval operations (sqlite_approvals.c): OP_DECIDE,
+ * OP_EXPIRE_APPROVALS, OP_APPROVAL_CLAIM, OP_APPROVAL_OLDEST. */
+void sq_approval_run(sq_conn *c, store_op *op);
 
 /* The webhook event operations (sqlite_events.c). */
 void sq_event_run(sq_conn *c, store_op *op);

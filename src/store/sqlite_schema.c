@@ -80,6 +80,56 @@ static const char *const migrations[] = {
     /* 5: a completed action whose answer was delivered but not stored (a
      * stream longer than max_response): its length. */
     "ALTER TABLE actions ADD COLUMN resp_not_stored INTEGER NOT NULL DEFAULT 0;",
+    /* 6: approvals — two states (awaiting_approval, denied) and when a
+     * human approved. The state's CHECK is part of the table, so the table
+     * is rebuilt: every row and id kept, the AUTOINCREMENT sequence too (a
+     * swept row's id is never handed out again), every index recreated. */
+    "CREATE TABLE actions_new ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  scope TEXT NOT NULL,"
+    "  key TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','completed','released','unknown','held',"
+    "    'awaiting_approval','denied')),"
+    "  attempt INTEGER NOT NULL,"
+    "  token TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  lease_expires_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL DEFAULT 0,"
+    "  retention_ms INTEGER NOT NULL,"
+    "  fingerprint TEXT,"
+    "  request BLOB,"
+    "  has_response INTEGER NOT NULL DEFAULT 0,"
+    "  resp_status INTEGER,"
+    "  resp_headers TEXT,"
+    "  resp_body BLOB,"
+    "  provider_id TEXT,"
+    "  error TEXT,"
+    "  note TEXT,"
+    "  lookups INTEGER NOT NULL DEFAULT 0,"
+    "  lookup_next_at INTEGER NOT NULL DEFAULT 0,"
+    "  trail TEXT,"
+    "  resp_not_stored INTEGER NOT NULL DEFAULT 0,"
+    "  approved_at INTEGER NOT NULL DEFAULT 0,"
+    "  UNIQUE (scope, key)"
+    ");"
+    "INSERT INTO actions_new (id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+    "  expires_at, retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body,"
+    "  provider_id, error, note, lookups, lookup_next_at, trail, resp_not_stored)"
+    " SELECT id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+    "  expires_at, retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body,"
+    "  provider_id, error, note, lookups, lookup_next_at, trail, resp_not_stored FROM actions ORDER BY id;"
+    "UPDATE sqlite_sequence SET seq = (SELECT max(seq) FROM sqlite_sequence WHERE name IN ('actions','actions_new'))"
+    " WHERE name = 'actions_new';"
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'actions_new', seq FROM sqlite_sequence WHERE name = 'actions'"
+    " AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'actions_new');"
+    "DROP TABLE actions;"
+    "ALTER TABLE actions_new RENAME TO actions;"
+    "CREATE INDEX actions_pending_lease ON actions (lease_expires_at) WHERE state = 'pending';"
+    "CREATE INDEX actions_expiry ON actions (expires_at) WHERE state IN ('completed','released','denied');"
+    "CREATE INDEX actions_state ON actions (state, id);"
+    "CREATE INDEX actions_unknown ON actions (scope, lookup_next_at) WHERE state = 'unknown';"
+    "CREATE INDEX actions_awaiting ON actions (scope, approved_at) WHERE state = 'awaiting_approval';",
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
@@ -87,6 +137,11 @@ static const char *const migrations[] = {
 int sqlite_schema_latest(void)
 {
     return LATEST;
+}
+
+const char *sqlite_schema_step(int n)
+{
+    return n >= 1 && n <= LATEST ? migrations[n - 1] : NULL;
 }
 
 static int pragma_int(sqlite3 *db, const char *sql, long long *out)

@@ -17,4 +17,9 @@ int sqlite_schema_prepare(sqlite3 *db, int memory);
 /* The schema version this build writes. */
 int sqlite_schema_latest(void);
 
+/* The SQL of migration n (1..latest), which takes a database from version
+ * n-1 to n; NULL outside. For the tests that build a database of an older
+ * version and open it with this one. */
+const char *sqlite_schema_step(int n);
+
 #endif

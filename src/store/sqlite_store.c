@@ -310,6 +310,12 @@ static int sqs_get(once_store *st, const char *scope, const char *key, once_acti
     return run_read(sq(st), &(store_op){.kind = OP_GET, .scope = scope, .key = key, .action = out});
 }
 
+/* The oldest undecided action's created_at: a read like a get. */
+static int sqs_approval_oldest(once_store *st, int64_t *created_at)
+{
+    return run_read(sq(st), &(store_op){.kind = OP_APPROVAL_OLDEST, .oldest = created_at});
+}
+
 static int sqs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
     return run_read(sq(st), &(store_op){.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out});
@@ -451,6 +457,7 @@ static const store_vtable sqlite_vtable = {
     /* the writes a read may answer first; the reads; the WAL and the lock */
     .reserve = sqs_reserve, .event_insert = sqs_event_insert,
     .get = sqs_get, .list = sqs_list, .event_get = sqs_event_get, .event_list = sqs_event_list,
+    .approval_oldest = sqs_approval_oldest,
     .set_wal_limit = sqs_set_wal_limit, .wal_bytes = sqs_wal_bytes, .lock = sqs_lock,
     .close = sqs_close,
 };

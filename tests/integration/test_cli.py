@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 
 RECORD_FIELDS = {
     "scope", "key", "state", "attempt", "created_at", "updated_at",
-    "lease_expires_at", "expires_at", "fingerprint", "request", "provider_id", "error",
+    "lease_expires_at", "expires_at", "approved_at", "fingerprint", "request", "provider_id", "error",
     "note", "response", "lookups", "trail",
 }
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -46,23 +46,6 @@ def provider():
 
 
 @pytest.fixture
-def gateways():
-    """Gateways a test made: stopped at the end (SIGTERM, must exit 0), no sanitizer reports."""
-    made = []
-    yield made
-    problems = []
-    for g in made:
-        if g.alive():
-            rc = g.stop()
-            if rc != 0:
-                problems.append(f"{g.url} exited {rc} on SIGTERM:\n{g.stderr()[-3000:]}")
-        reports = g.sanitizer_reports()
-        if reports:
-            problems.append(f"{g.url}: {reports}\n{g.stderr(all_runs=True)[-6000:]}")
-    assert not problems, "\n".join(problems)
-
-
-@pytest.fixture
 def clusters():
     """Clusters a test made: every live node stopped cleanly at the end."""
     made = []

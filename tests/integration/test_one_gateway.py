@@ -47,23 +47,6 @@ def msg_of(line):
         return line
 
 
-@pytest.fixture
-def gateways():
-    """Gateways a test made: stopped at the end (must exit 0), no sanitizer reports."""
-    made = []
-    yield made
-    problems = []
-    for g in made:
-        if g.alive():
-            rc = g.stop()
-            if rc != 0:
-                problems.append(f"{g.url} exited {rc} on SIGTERM:\n{g.stderr()[-3000:]}")
-        reports = g.sanitizer_reports()
-        if reports:
-            problems.append(f"{g.url}: {reports}\n{g.stderr(all_runs=True)[-6000:]}")
-    assert not problems, "\n".join(problems)
-
-
 # =========================================================================== one gateway per port
 
 def test_second_serve_on_a_busy_port_exits_2_and_the_first_keeps_serving(tmp_path, provider, gateways):

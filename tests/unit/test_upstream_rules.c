@@ -1,6 +1,7 @@
 /*
  * test_upstream_rules.c — which client headers never reach an upstream, and
- * what each way a call can end is recorded as (server/upstream_rules.c),
+ * what each way a call can end is recorded as, and which requests wait for
+ * a human's approval (server/upstream_rules.c),
  * without a socket. The black-box proofs are tests/integration/test_proxy.py
  * and tests/security.
  */
@@ -122,6 +123,39 @@ static void test_empty_lists(void **state)
     expect_class(&up, OUT_ANSWERED, 500, UPSTREAM_COMPLETED, ONCE_STATE_COMPLETED, "");
 }
 
+/* approve = POST /v1/refunds*, DELETE /v1/customers/ *, * /admin/ *: the
+ * method exactly or any, '*' over any characters (slashes too), the query
+ * never part of the match. */
+static void test_approval_rules(void **state)
+{
+    (void)state;
+    static char *rules[] = {"POST /v1/refunds*", "DELETE /v1/customers/*", "* /admin/*/purge"};
+    upstream_cfg up = demo();
+    up.approve = rules;
+    up.napprove = 3;
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds"));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds/re_1?expand=x"));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds?x=1"));
+    assert_false(upstream_needs_approval(&up, "PUT", "/v1/refunds"));
+    assert_false(upstream_needs_approval(&up, "post", "/v1/refunds"));
+    assert_false(upstream_needs_approval(&up, "POST", "/v1/refund"));
+    assert_false(upstream_needs_approval(&up, "POST", "/x/v1/refunds"));
+    assert_true(upstream_needs_approval(&up, "DELETE", "/v1/customers/cu_1"));
+    assert_true(upstream_needs_approval(&up, "DELETE", "/v1/customers/"));
+    assert_false(upstream_needs_approval(&up, "DELETE", "/v1/customers"));
+    assert_true(upstream_needs_approval(&up, "GET", "/admin/a/b/purge"));
+    assert_false(upstream_needs_approval(&up, "GET", "/admin/a/b/purge/now"));
+    assert_false(upstream_needs_approval(&up, "GET", "/admin/purge?/x/purge"));
+    /* "all" is stored as "* *": every request, the empty target too. */
+    static char *all[] = {"* *"};
+    up.approve = all;
+    up.napprove = 1;
+    assert_true(upstream_needs_approval(&up, "GET", ""));
+    assert_true(upstream_needs_approval(&up, "PATCH", "/anything?q"));
+    up.napprove = 0;
+    assert_false(upstream_needs_approval(&up, "POST", "/v1/refunds"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -131,6 +165,7 @@ int main(void)
         cmocka_unit_test(test_answers_classified_by_status_lists),
         cmocka_unit_test(test_transport_endings),
         cmocka_unit_test(test_empty_lists),
+        cmocka_unit_test(test_approval_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -396,15 +396,17 @@ static void test_state_names(void **state)
               {ONCE_STATE_COMPLETED, "completed"},
               {ONCE_STATE_RELEASED, "released"},
               {ONCE_STATE_UNKNOWN, "unknown"},
-              {ONCE_STATE_HELD, "held"}};
-    for (size_t i = 0; i < 5; i++) {
+              {ONCE_STATE_HELD, "held"},
+              {ONCE_STATE_AWAITING_APPROVAL, "awaiting_approval"},
+              {ONCE_STATE_DENIED, "denied"}};
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
         assert_string_equal(once_state_name(st[i].s), st[i].name);
         once_state out = 0;
         th_assert_rc(once_state_parse(st[i].name, &out), 0);
         assert_int_equal(out, st[i].s);
     }
     assert_null(once_state_name((once_state)0));
-    assert_null(once_state_name((once_state)6));
+    assert_null(once_state_name((once_state)8));
     assert_null(once_state_name((once_state)-1));
     once_state out = ONCE_STATE_HELD;
     th_assert_rc(once_state_parse("", &out), ONCE_EINVAL);
@@ -419,8 +421,10 @@ static void test_state_names(void **state)
               {ONCE_COMPLETED, "completed"},
               {ONCE_IN_FLIGHT, "in_flight"},
               {ONCE_UNKNOWN, "unknown"},
-              {ONCE_HELD, "held"}};
-    for (size_t i = 0; i < 5; i++) {
+              {ONCE_HELD, "held"},
+              {ONCE_AWAITING_APPROVAL, "awaiting_approval"},
+              {ONCE_DENIED, "denied"}};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
         const char *name = once_reserve_status_name(rs[i].s);
         assert_non_null(name);
         assert_true(strlen(name) > 0);
@@ -430,7 +434,7 @@ static void test_state_names(void **state)
     assert_string_equal(once_reserve_status_name(ONCE_RESERVED), "reserved");
     assert_string_equal(once_reserve_status_name(ONCE_COMPLETED), "completed");
     assert_null(once_reserve_status_name((once_reserve_status)0));
-    assert_null(once_reserve_status_name((once_reserve_status)6));
+    assert_null(once_reserve_status_name((once_reserve_status)8));
 }
 
 static int is_lower_hex64(const char *s)

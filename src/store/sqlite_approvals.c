@@ -1,0 +1,186 @@
+/*
+ * sqlite_approvals.c — the approval operations of the SQLite store: a
+ * human's decision on an action awaiting approval, the denial of those
+ * nobody decided on in time, the claim of an approved one by its sender and
+ * the age of the oldest waiting one. A file of their own so that
+ * sqlite_ops.c, the rest of the state machine, stays readable; they run on
+ * the connections and in the transactions sqlite_ops.c describes.
+ */
+#include <string.h>
+
+#include "common/check.h"
+#include "store/sqlite_ops.h"
+
+/* The trail gets a line: the first, or one more after a newline. */
+#define TRAIL_APPEND(p) "trail = CASE WHEN trail IS NULL THEN " p " ELSE trail || char(10) || " p " END"
+
+static const char *const ap_sql[AP_COUNT] = {
+    [AP_SELECT] = "SELECT id, state, approved_at FROM actions WHERE scope = ?1 AND key = ?2",
+    [AP_APPROVE] = "UPDATE actions SET approved_at = ?2, updated_at = ?2, " TRAIL_APPEND("?3") " WHERE id = ?1",
+    [AP_DENY] = "UPDATE actions SET state = 'denied', note = ?3, updated_at = ?2, expires_at = ?2 + retention_ms, "
+                TRAIL_APPEND("?4") " WHERE id = ?1",
+    /* Approved rows wait for their sender: never expired. */
+    [AP_EXPIRE] = "UPDATE actions SET state = 'denied', note = '" LEDGER_APPROVAL_EXPIRED "', updated_at = ?1, "
+                  "expires_at = ?1 + retention_ms, " TRAIL_APPEND("?2") " WHERE state = 'awaiting_approval' "
+                  "AND approved_at = 0 AND lease_expires_at <= ?1 AND (?3 IS NULL OR scope = ?3)",
+    /* The first approved is the first sent. */
+    [AP_DUE] = "SELECT id FROM actions WHERE state = 'awaiting_approval' AND scope = ?1 AND approved_at > 0 "
+               "ORDER BY approved_at, id LIMIT 1",
+    [AP_CLAIM] = "UPDATE actions SET state = 'pending', token = ?2, attempt = attempt + 1, "
+                 "lease_expires_at = ?3 + ?4, updated_at = ?3 WHERE id = ?1",
+    [AP_OLDEST] = "SELECT coalesce(min(created_at), 0) FROM actions WHERE state = 'awaiting_approval' "
+                  "AND approved_at = 0",
+};
+
+/* The approval statement i, ready for binding (NULL: op failed). */
+static sqlite3_stmt *ap_stmt(sq_conn *c, store_op *op, enum sq_ap_stmt i)
+{
+    return sq_prepare(c, op, &c->ap[i], ap_sql[i]);
+}
+
+/* The row a decision is on: its id, state and approval. 0, or -1 with op
+ * failed (ENOTFOUND when there is none). */
+static int decide_row(sq_conn *c, store_op *op, int64_t *id, once_state *state, int64_t *approved_at)
+{
+    sqlite3_stmt *st = ap_stmt(c, op, AP_SELECT);
+    if (!st)
+        return -1;
+    sq_bind_text(st, 1, op->scope);
+    sq_bind_text(st, 2, op->key);
+    int found = sq_step_row(c, op, st, "select");
+    if (found == 1) {
+        *id = sqlite3_column_int64(st, 0);
+        *approved_at = sqlite3_column_int64(st, 2);
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        if (!name || once_state_parse(name, state) < 0) {
+            store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
+            found = -1;
+        }
+    }
+    sq_done(st);
+    if (found == 0)
+        store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
+    return found == 1 ? 0 : -1;
+}
+
+/* A human's decision: an undecided action awaiting approval is approved
+ * (it stays waiting for its sender) or denied. Approving an approved action
+ * again changes nothing, whether it still waits for its sender, is being
+ * sent or is done: operators who click twice, or two at once, get the same
+ * answer. An approved one can no longer be denied. */
+static void op_decide(sq_conn *c, store_op *op)
+{
+    int64_t id = 0, approved_at = 0;
+    once_state state;
+    if (decide_row(c, op, &id, &state, &approved_at) < 0)
+        return;
+    const char *verb = op->approve ? "approved" : "denied";
+    if (op->approve && approved_at > 0) {
+        op->rc = ONCE_OK; /* approved before: it is sent once */
+        return;
+    }
+    if (state != ONCE_STATE_AWAITING_APPROVAL) {
+        store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only an action awaiting approval can be %s", op->scope, op->key,
+                      once_state_name(state), verb);
+        return;
+    }
+    if (approved_at > 0) {
+        if (op->approve)
+            op->rc = ONCE_OK; /* approved before: it is sent once */
+        else
+            store_op_fail(op, ONCE_ESTATE, "%s/%s was approved and is being sent: it can no longer be denied",
+                          op->scope, op->key);
+        return;
+    }
+    sqlite3_stmt *st;
+    if (op->approve) {
+        if (!(st = ap_stmt(c, op, AP_APPROVE)))
+            return;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, op->now);
+        sq_bind_text(st, 3, op->step);
+    } else {
+        ONCE_ASSERT(ledger_transition_allowed(state, ONCE_STATE_DENIED));
+        if (!(st = ap_stmt(c, op, AP_DENY)))
+            return;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, op->now);
+        sq_bind_text(st, 3, op->text);
+        sq_bind_text(st, 4, op->step);
+    }
+    sq_write_finish(c, op, st, verb);
+}
+
+/* Undecided actions past their deadline (of op->scope, or of all) are
+ * denied, each with the step. */
+static void op_expire(sq_conn *c, store_op *op)
+{
+    sqlite3_stmt *st = ap_stmt(c, op, AP_EXPIRE);
+    if (!st)
+        return;
+    sq_bind_text(st, 2, op->step);
+    sq_bind_text(st, 3, op->scope);
+    sq_op_bulk(c, op, st, "expire approvals");
+}
+
+/* Takes the first approved action of the scope to send: pending under the
+ * claim's token, with a lease. The single writer's transaction fences it:
+ * no other claim sees the row still waiting. op->rc is 1 with op->res
+ * filled, or 0 when none waits. */
+static void op_claim(sq_conn *c, store_op *op)
+{
+    sqlite3_stmt *st = ap_stmt(c, op, AP_DUE);
+    if (!st)
+        return;
+    sq_bind_text(st, 1, op->scope);
+    int found = sq_step_row(c, op, st, "approval claim");
+    int64_t id = found == 1 ? sqlite3_column_int64(st, 0) : 0;
+    sq_done(st);
+    if (found <= 0) {
+        if (found == 0)
+            op->rc = 0;
+        return;
+    }
+    ONCE_ASSERT(ledger_transition_allowed(ONCE_STATE_AWAITING_APPROVAL, ONCE_STATE_PENDING));
+    if (!(st = ap_stmt(c, op, AP_CLAIM)))
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    sq_bind_text(st, 2, op->token);
+    sqlite3_bind_int64(st, 3, op->now);
+    sqlite3_bind_int64(st, 4, op->lease_ms);
+    if (sq_write_step(c, op, st, "approval claim") < 0)
+        return;
+    once_reservation *res = op->res;
+    if (sq_action_by_id(c, op, id, &res->action) < 0)
+        return;
+    res->status = ONCE_RESERVED;
+    memcpy(res->token, op->token, ONCE_TOKEN_LEN + 1);
+    res->attempt = res->action.attempt;
+    res->lease_expires_at = res->action.lease_expires_at;
+    op->rc = 1;
+}
+
+/* When the oldest undecided action was created (0: none waits). */
+static void op_oldest(sq_conn *c, store_op *op)
+{
+    sqlite3_stmt *st = ap_stmt(c, op, AP_OLDEST);
+    if (!st)
+        return;
+    int found = sq_step_row(c, op, st, "approval oldest");
+    if (found == 1) {
+        *op->oldest = sqlite3_column_int64(st, 0);
+        op->rc = ONCE_OK;
+    }
+    sq_done(st);
+}
+
+void sq_approval_run(sq_conn *c, store_op *op)
+{
+    switch (op->kind) {
+    case OP_DECIDE: op_decide(c, op); break;
+    case OP_EXPIRE_APPROVALS: op_expire(c, op); break;
+    case OP_APPROVAL_CLAIM: op_claim(c, op); break;
+    case OP_APPROVAL_OLDEST: op_oldest(c, op); break;
+    default: store_op_fail(op, ONCE_EINVAL, "operation %d is not an approval", (int)op->kind); break;
+    }
+}
