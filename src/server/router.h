@@ -3,8 +3,8 @@
  * with what access level, and what must be admitted from the headers
  * before a body byte is read (docs/security.md: decide before reading).
  *
- * Each module owns its routes (h2o's habit): ops.c, proxy.c, actions.c and
- * hooks.c each export a table; router.c only matches. A new route is a new
+ * Each module owns its routes (h2o's habit): ops.c, proxy.c, actions.c, hooks.c,
+ * events_api.c and console.c each export a table; router.c only matches. A new route is a new
  * row, not a new branch.
  */
 #ifndef ONCE_SERVER_ROUTER_H
@@ -62,5 +62,7 @@ extern const route ops_routes[];
 extern const route proxy_routes[];
 extern const route actions_routes[];
 extern const route hooks_routes[];
+extern const route events_routes[];
+extern const route console_routes[];
 
 #endif

@@ -77,7 +77,11 @@ def test_cross_origin_keyed_post(gw, provider):
     ("POST", "/v1/actions", '{"scope":"s","key":"k-cross"}'),
     ("POST", "/v1/actions/s/k-cross/resolve", '{"outcome":"completed"}'),
     ("GET", "/v1/actions", None),
-], ids=["reserve", "resolve", "list"])
+    ("POST", "/v1/actions/s/k-cross/approve", "{}"),
+    ("POST", "/v1/actions/s/k-cross/deny", "{}"),
+    ("GET", "/v1/events?status=dead", None),
+    ("POST", "/v1/events/inbox/e-cross/redeliver", None),
+], ids=["reserve", "resolve", "list", "approve", "deny", "events", "redeliver"])
 def test_cross_origin_actions_api(gw, method, path, body):
     """A page of another origin drives the actions API (text/plain, no preflight): 403."""
     r = gw.request(method, path, data=body, headers={"Origin": "http://evil.example",
@@ -135,3 +139,21 @@ def test_host_not_checked_with_tokens(gateway, provider, tmp_path):
     r = g.proxy("POST", "up", "/v1/charges", key=new_key(), json={"amount": 1},
                 headers=dict(sh.bearer(TOKEN), Host=f"once.internal.example:{g.port}"))
     assert r.status_code == 200, describe(r)
+
+
+def test_console_cannot_be_framed_or_fed_foreign_script(gw):
+    """The console's page, served to anyone (it holds no data), forbids every source but its
+    own origin's script and style files, inline script included, and any framing (a page of
+    another origin cannot overlay it to steal clicks)."""
+    r = gw.request("GET", "/console")
+    assert r.status_code == 200, describe(r)
+    csp = r.headers.get("Content-Security-Policy", "")
+    directives = {d.strip().split(" ")[0]: d.strip() for d in csp.split(";") if d.strip()}
+    assert directives.get("default-src") == "default-src 'none'", csp
+    assert directives.get("script-src") == "script-src 'self'", csp
+    assert directives.get("frame-ancestors") == "frame-ancestors 'none'", csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp, csp
+    assert r.headers.get("X-Frame-Options") == "DENY", describe(r)
+    assert r.headers.get("X-Content-Type-Options") == "nosniff", describe(r)
+    assert "Set-Cookie" not in r.headers, describe(r)
+    assert "<script>" not in r.text.replace(" ", ""), "inline script in the console page"

@@ -111,6 +111,13 @@ def _resolve(gw):
     return "POST", f"/v1/actions/{scope}/{key}/resolve", {"outcome": "released", "note": "checked"}, {}
 
 
+def _redeliver(gw):
+    event_id = new_key("evt")
+    r = gw.post("/v1/hooks/inbox", json={"e": 1}, headers={"X-Event-Id": event_id})
+    assert r.status_code == 200, "setup: hook" + describe(r)
+    return "POST", f"/v1/events/inbox/{event_id}/redeliver", None, {}
+
+
 ROUTES = [
     Route("healthz", lambda gw: ("GET", "/healthz", None, {}), 200, 200, 200),
     Route("readyz", lambda gw: ("GET", "/readyz", None, {}), 200, 200, 200),
@@ -127,6 +134,14 @@ ROUTES = [
     Route("claim", lambda gw: ("POST", "/v1/inbox/inbox/claim", {"max": 1}, {}), 401, 200, 200),
     Route("hook", lambda gw: ("POST", "/v1/hooks/inbox", {"e": 1}, {"X-Event-Id": new_key("evt")}),
           200, 200, 200),
+    # the operator's decisions: an action that does not exist is 404, but only once the role
+    # was checked (an agent learns nothing)
+    Route("approve", lambda gw: ("POST", f"/v1/actions/up/{new_key()}/approve", {}, {}), 401, 403, 404),
+    Route("deny", lambda gw: ("POST", f"/v1/actions/up/{new_key()}/deny", {"note": "n"}, {}), 401, 403, 404),
+    Route("events", lambda gw: ("GET", "/v1/events?status=dead", None, {}), 401, 403, 200),
+    Route("redeliver", _redeliver, 401, 403, 200),
+    # the console's page holds no data: open, like /healthz
+    Route("console", lambda gw: ("GET", "/console", None, {}), 200, 200, 200),
 ]
 
 
