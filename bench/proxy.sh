@@ -37,6 +37,7 @@
 #                       a real disk, or fsync costs nothing
 #   ONCE_BENCH_LOG [file]  once's request log: `file` (in the temporary directory) or `null`
 #   ONCE_BENCH_TIMEOUT [900]  the whole script is stopped after this many seconds
+#   ONCE_BENCH_SERVER_EXTRA []  more [server] lines for once (an A/B of a setting: "wal_max = 1GiB")
 #
 # Exit status: 0 when the runs completed (goals met or not: it is a benchmark),
 # 1 when something failed (a server did not start, wrong answers, wrk failed).
@@ -111,6 +112,7 @@ cat >"$tmp/once.ini" <<EOF
 listen = 127.0.0.1:$once_port
 store = sqlite:$db
 threads = $othreads
+${ONCE_BENCH_SERVER_EXTRA:-}
 
 [upstream.bench]
 url = http://127.0.0.1:$up_port

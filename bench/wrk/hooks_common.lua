@@ -1,10 +1,9 @@
 -- bench/wrk/hooks_common.lua — shared by the webhook scripts of bench/hooks.sh
 -- (hooks_new.lua, hooks_dup.lua).
 --
--- Every request is a signed webhook: the 1 KB JSON body of common.lua
--- (ONCE_BENCH_BODY, the file bench/hooks.sh signs) and its signature
--- (ONCE_BENCH_SIG, "sha256=<hex HMAC-SHA256 of the body>", computed once by
--- the script with openssl). The gateway checks a real HMAC on every request.
+-- Every request is a webhook with the 1 KB JSON body of common.lua
+-- (ONCE_BENCH_BODY) and an event id in X-Event-Id, to a source with
+-- verify = none (bench/hooks.sh says why it is not a signed one).
 --
 -- Pacing (ONCE_BENCH_RATE > 0, total requests/s over all wrk threads;
 -- ONCE_BENCH_THREADS = wrk -t): wrk cannot pace by itself, so delay() is
@@ -27,11 +26,7 @@ M.body = common.body
 M.run_prefix = common.run_prefix
 
 function M.headers()
-  local sig = os.getenv("ONCE_BENCH_SIG")
-  if not sig or sig == "" then
-    error("hooks_*.lua: set ONCE_BENCH_SIG to the body's signature (sha256=<hex>)")
-  end
-  return {["Content-Type"] = "application/json", ["X-Signature"] = sig, ["X-Event-Id"] = ""}
+  return {["Content-Type"] = "application/json", ["X-Event-Id"] = ""}
 end
 
 -- Returns a delay() for wrk, or nil when ONCE_BENCH_RATE is unset or 0.
