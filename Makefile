@@ -37,6 +37,7 @@ demo-ledger: build
 	@bash scripts/demo-ledger $(BUILD)
 
 test: build-asan
+	@bash scripts/deps --test
 	@bash scripts/test $(ASAN_BUILD)
 
 unit: build-asan
