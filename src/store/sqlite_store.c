@@ -46,12 +46,14 @@ typedef struct sq_store {
     size_t pool_nopen;
 
     pthread_mutex_t ckpt_mu;
+    pthread_mutex_t ckpt_run_mu; /* held while a checkpoint runs: the writer's and the checkpointer's take turns */
     pthread_cond_t ckpt_cv;
     int ckpt_stop;
     int ckpt_wanted;
     pthread_t ckpt_thread;
     int ckpt_started;
     int64_t wal_limit;      /* past this, a checkpoint restarts and truncates the WAL (under ckpt_mu) */
+    int64_t frame_bytes;    /* one WAL frame: the page size + its 24-byte header (set at open) */
     int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
 } sq_store;
 
@@ -135,13 +137,31 @@ static void *writer_main(void *arg)
 
 /* ---- checkpoints ------------------------------------------------------- */
 
-/* Runs on the writer thread after each commit: asks the checkpointer to copy
- * the WAL back once it has grown, so the commit path never does it. */
+/* Runs on the writer thread after each commit, pages being the frames now
+ * in the WAL. Past the bound (wal_max) the writer itself truncates it, here,
+ * between two transactions: it is the one connection a TRUNCATE checkpoint
+ * would otherwise wait for, and under a sustained load it never stops
+ * writing, so a checkpointer thread waiting for it let the WAL overshoot
+ * (a 5-minute soak peaked at 234 MB with a 64 MiB bound). The commit that
+ * passed the bound waits for the copy; the file never grows past the bound
+ * by more than one batch. Below the bound the checkpointer copies frames
+ * back (PASSIVE) off the commit path. */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
-    (void)db;
-    (void)name;
     sq_store *s = arg;
+    pthread_mutex_lock(&s->ckpt_mu);
+    int64_t limit = s->wal_limit;
+    pthread_mutex_unlock(&s->ckpt_mu);
+    if (s->frame_bytes > 0 && (int64_t)pages * s->frame_bytes > limit) {
+        /* A checkpoint already running (the checkpointer's) would make
+         * this one fail at once, and the WAL grow on: wait for it. Then
+         * wait (the busy timeout) for readers of old frames, which are
+         * short; if one outlasts it, the next commit tries again. */
+        pthread_mutex_lock(&s->ckpt_run_mu);
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        pthread_mutex_unlock(&s->ckpt_run_mu);
+        return SQLITE_OK;
+    }
     if (pages >= CHECKPOINT_PAGES) {
         pthread_mutex_lock(&s->ckpt_mu);
         s->ckpt_wanted = 1;
@@ -189,16 +209,16 @@ static void *ckpt_main(void *arg)
         int64_t limit = s->wal_limit;
         pthread_mutex_unlock(&s->ckpt_mu);
         /* PASSIVE never waits for readers or the writer: it copies what it
-         * can and leaves the rest for the next round. Under a sustained
-         * load it never catches up (readers always hold some frames), so
-         * past the limit a TRUNCATE checkpoint waits for them, copies
-         * everything and cuts the file: one commit waits a moment, the disk
-         * stays bounded. */
-        int log = 0, done = 0;
+         * can and leaves the rest for the next round; the writer's hook
+         * truncates past the bound. A WAL left over the bound while idle
+         * (a bound lowered, or a file from before) is truncated here: with
+         * no commits there is no writer to wait for. */
         int64_t wal = 0;
         int mode = sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
                                                                      : SQLITE_CHECKPOINT_PASSIVE;
-        sqlite3_wal_checkpoint_v2(c.db, NULL, mode, &log, &done);
+        pthread_mutex_lock(&s->ckpt_run_mu);
+        sqlite3_wal_checkpoint_v2(c.db, NULL, mode, NULL, NULL);
+        pthread_mutex_unlock(&s->ckpt_run_mu);
         pthread_mutex_lock(&s->ckpt_mu);
     }
     pthread_mutex_unlock(&s->ckpt_mu);
@@ -383,6 +403,7 @@ static void sqs_close(once_store *st)
         close(s->lock_fd); /* after every connection: the lock outlives the serving */
     pthread_cond_destroy(&s->ckpt_cv);
     pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_mutex_destroy(&s->ckpt_run_mu);
     pthread_cond_destroy(&s->pool_cv);
     pthread_mutex_destroy(&s->pool_mu);
     free(s->path);
@@ -480,12 +501,18 @@ int sqlite_store_open(const char *path, once_store **out)
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_mutex_init(&s->ckpt_run_mu, NULL);
     clock_cond_init(&s->ckpt_cv);
 
     int rc = sq_conn_open(&s->writer, path);
     if (rc == ONCE_OK)
         rc = sqlite_schema_prepare(s->writer.db, s->memory);
     if (rc == ONCE_OK && !s->memory) {
+        sqlite3_stmt *ps = NULL;
+        if (sqlite3_prepare_v2(s->writer.db, "PRAGMA page_size", -1, &ps, NULL) == SQLITE_OK &&
+            sqlite3_step(ps) == SQLITE_ROW)
+            s->frame_bytes = sqlite3_column_int64(ps, 0) + 24;
+        sqlite3_finalize(ps);
         sqlite3_wal_hook(s->writer.db, wal_hook, s);
         if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) != 0)
             rc = once_fail(ONCE_ENOMEM, "store: cannot start the checkpointer thread");
