@@ -431,6 +431,20 @@ static void reply_record(req *r, const once_action *a)
     req_json(r, 200, o);
 }
 
+/* After a human's decision (resolve, approve, deny), on the worker: the
+ * action as it is now. */
+static void reply_current(req *r, const char *scope, const char *key)
+{
+    once_action rec;
+    int rc = once_get(r->srv->store, scope, key, &rec);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_record(r, &rec);
+    once_action_free(&rec);
+}
+
 /* GET /v1/actions/{scope}/{key}: read and rendered on the worker. */
 static void actions_get(req *r, const char *scope, const char *key)
 {
@@ -510,14 +524,7 @@ static void resolve_job(void *arg)
         act_fail(r, rc, once_errdetail());
         return;
     }
-    once_action rec;
-    rc = once_get(r->srv->store, a->scope, a->key, &rec);
-    if (rc < 0) {
-        act_fail(r, rc, once_errdetail());
-        return;
-    }
-    reply_record(r, &rec);
-    once_action_free(&rec);
+    reply_current(r, a->scope, a->key);
 }
 
 static void actions_resolve(req *r, const char *scope, const char *key)
@@ -570,14 +577,7 @@ static void decide_job(void *arg)
         approvals_kick(srv->approvals); /* sent within this round, not the next */
     else
         metrics_approval(srv->metrics, a->scope, MA_DENIED, 1);
-    once_action rec;
-    rc = once_get(srv->store, a->scope, a->key, &rec);
-    if (rc < 0) {
-        act_fail(r, rc, once_errdetail());
-        return;
-    }
-    reply_record(r, &rec);
-    once_action_free(&rec);
+    reply_current(r, a->scope, a->key);
 }
 
 static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap);

@@ -129,7 +129,13 @@ static int send_build(approved_send *s, char *why, size_t whylen)
     {
         const char *n = json_string_value(json_array_get(pair, 0));
         const char *v = json_string_value(json_array_get(pair, 1));
-        if (n && v && out_headers_add(&s->headers, n, v) < 0)
+        /* The proxy's own filter again, not the stored set trusted: a
+         * header the upstream injects now (the config may have changed
+         * since) or one never forwarded is dropped, so nothing stored can
+         * stand in for the operator's credentials. */
+        if (!n || !v || upstream_header_dropped(up, s->ap->srv->cfg->ntokens > 0, NULL, n))
+            continue;
+        if (out_headers_add(&s->headers, n, v) < 0)
             goto oom;
     }
     for (i = 0; i < up->nheaders; i++)
@@ -213,7 +219,6 @@ static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *
     s->up = up;
     s->res = *res;
     memset(res, 0, sizeof *res);
-    metrics_approval(srv->metrics, up->name, MA_APPROVED, 1);
     char why[300] = "";
     if (send_build(s, why, sizeof why) < 0) {
         char reason[400];
@@ -245,6 +250,7 @@ static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *
         send_free(s);
         return;
     }
+    metrics_approval(srv->metrics, up->name, MA_APPROVED, 1);
     ap->running++;
 }
 

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from gateway import (NO_PG_REASON, Gateway, Provider, assert_problem, describe, new_key, outcome, pg_base_url,
-                     require_serve, store_url)
+                     require_serve, store_url, write_config)
 from hooks_harness import parse_metrics
 from multinode import Cluster
 
@@ -264,6 +264,26 @@ def test_binary_body_and_injected_headers_are_sent_as_stored(tmp_path, provider,
     assert eff["headers"].get("authorization") == "Bearer sk_live_injected", eff["headers"]
     assert eff["headers"].get("x-trace") == "t-1", eff["headers"]
     assert eff["headers"].get("content-type") == "application/octet-stream", eff["headers"]
+
+
+def test_a_stored_header_never_stands_in_for_the_injected_one(tmp_path, provider, store_kind, gateways):
+    """The attack: an agent stores a request carrying X-Provider-Account: attacker while the
+    upstream injects nothing of that name; the operator then configures the upstream to inject
+    X-Provider-Account and restarts. The approved send must carry the operator's value only:
+    the send re-applies the proxy's header filter instead of trusting what was stored."""
+    g = start(tmp_path, provider, store_kind, gateways)
+    key = new_key("hdr")
+    assert_awaiting(charge(g, key, headers={"X-Provider-Account": "attacker", "X-Trace": "t-9"}), key)
+    g.stop()
+    g.upstreams["demo"]["header"] = "X-Provider-Account: operator"
+    write_config(g.config_path, g.server_cfg, g.upstreams)
+    g.start()
+    assert decide(g, key, "approve").status_code == 200
+    assert provider.wait_count(1, timeout=SEND_WITHIN_S) == 1
+    eff = provider.effects()[0]
+    sent = [v for k, v in eff["raw_headers"] if k.lower() == "x-provider-account"]
+    assert sent == ["operator"], eff["raw_headers"]
+    assert eff["headers"].get("x-trace") == "t-9", eff["headers"]
 
 
 # =========================================================================== waiting, racing
