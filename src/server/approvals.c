@@ -10,7 +10,9 @@
  * sends it under every rule of the proxy: the claim is durable before the
  * first byte, its lease is renewed while the call runs, and the outcome is
  * classified as the proxy classifies it and recorded with the claim's
- * token. The agent's next retry gets the recorded answer replayed.
+ * token. The agent's next retry gets the recorded answer replayed. An MCP
+ * server's approved tool call goes over once's own session with it
+ * (mcp_session.c), waited for on this thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include "server/approvals.h"
 #include "server/leases.h"
 #include "server/log.h"
+#include "server/mcp.h"
 #include "server/target.h"
 #include "server/upstream_rules.h"
 
@@ -203,11 +206,65 @@ static void on_send_done(out_call *c)
     looper_post(&s->ap->loop, &s->item, 1);
 }
 
+/* An approved MCP tool call: made over once's own session with the server
+ * (mcp_session.c), waited for here, and recorded as mcp_call.c records. */
+static void send_mcp(approvals *ap, const upstream_cfg *up, once_reservation *res)
+{
+    server *srv = ap->srv;
+    const once_action *a = &res->action;
+    json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, 0, NULL) : NULL;
+    const char *tool = json_string_value(json_object_get(meta, "tool"));
+    json_t *final = NULL;
+    int sent = 0, rc;
+    char why[300] = "";
+    mcp_verdict v = MCP_RELEASED;
+    if (!tool) {
+        snprintf(why, sizeof why, "the stored request names no tool: nothing was sent");
+    } else {
+        lease_hold *hold = leases_hold(srv->leases, up->name, a->key, res->token, up->lease_ms);
+        metrics_approval(srv->metrics, up->name, MA_APPROVED, 1);
+        rc = mcp_session_call(mcp_runtime(srv, up), tool, json_object_get(meta, "arguments"), &final, &sent, why,
+                              sizeof why);
+        leases_drop(srv->leases, hold);
+        v = rc == 0 ? mcp_classify(final, why, sizeof why) : sent ? MCP_UNKNOWN : MCP_RELEASED;
+    }
+    char *result = v == MCP_COMPLETED ? json_dumps(json_object_get(final, "result"), JSON_COMPACT) : NULL;
+    if (v == MCP_COMPLETED && !result) {
+        v = MCP_UNKNOWN;
+        snprintf(why, sizeof why, "out of memory while recording the result");
+    }
+    if (v == MCP_COMPLETED) {
+        once_response resp = {.status = 200, .body = (uint8_t *)result, .body_len = strlen(result)};
+        rc = once_complete(srv->store, up->name, a->key, res->token, &resp, NULL);
+    } else if (v == MCP_RELEASED) {
+        rc = once_release(srv->store, up->name, a->key, res->token, why);
+    } else {
+        rc = once_mark_unknown(srv->store, up->name, a->key, res->token, why);
+    }
+    if (v != MCP_COMPLETED)
+        metrics_action(srv->metrics, up->name, v == MCP_RELEASED ? MO_RELEASED : MO_UNKNOWN);
+    if (rc < 0)
+        log_event("error", "mcp %s: the outcome of an approved call could not be recorded (the action is held once "
+                  "its lease runs out): %s", up->name, once_errdetail());
+    else
+        log_event("info", "mcp %s: approved tool call made: %s%s%s", up->name,
+                  v == MCP_COMPLETED ? "completed" : v == MCP_RELEASED ? "released" : "unknown",
+                  v == MCP_COMPLETED ? "" : ": ", v == MCP_COMPLETED ? "" : why);
+    free(result);
+    json_decref(final);
+    json_decref(meta);
+    once_reservation_free(res);
+}
+
 /* Sends one claimed action; a request that cannot be rebuilt is released
  * (nothing was sent; the reason is kept with it). */
 static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *res)
 {
     server *srv = ap->srv;
+    if (up->mcp) {
+        send_mcp(ap, up, res);
+        return;
+    }
     approved_send *s = calloc(1, sizeof *s);
     if (!s) {
         /* The claim's lease runs out and the action is held: never lost,
@@ -260,7 +317,7 @@ static void claim_approved(approvals *ap)
     server *srv = ap->srv;
     for (size_t i = 0; i < srv->cfg->nupstreams; i++) {
         const upstream_cfg *up = &srv->cfg->upstreams[i];
-        for (int n = 0; up->napprove > 0 && n < CLAIM_MAX; n++) {
+        for (int n = 0; (up->napprove > 0 || up->approve_destructive) && n < CLAIM_MAX; n++) {
             once_reservation res;
             int rc = once_approval_claim(srv->store, up->name, up->lease_ms, &res);
             if (rc < 0)
@@ -296,7 +353,7 @@ int approvals_start(server *srv, approvals **out)
     *out = NULL;
     int any = 0;
     for (size_t i = 0; i < srv->cfg->nupstreams; i++)
-        any |= srv->cfg->upstreams[i].napprove > 0;
+        any |= srv->cfg->upstreams[i].napprove > 0 || srv->cfg->upstreams[i].approve_destructive;
     if (!any)
         return 0;
     approvals *ap = calloc(1, sizeof *ap);

@@ -92,6 +92,13 @@ static void config_free_upstream(upstream_cfg *u)
     free(u->lookup_absent_status);
     config_free_strs(u->lookup_absent_empty, u->nlookup_absent_empty);
     config_free_strs(u->approve, u->napprove);
+    config_free_strs(u->command, u->ncommand);
+    config_free_strs(u->readonly, u->nreadonly);
+    for (size_t j = 0; j < u->ntool_keys; j++) {
+        free(u->tool_keys[j].tool);
+        key_template_free(u->tool_keys[j].key);
+    }
+    free(u->tool_keys);
 }
 
 static void config_free_source(source_cfg *s)

@@ -66,7 +66,25 @@ typedef struct upstream_cfg {
                                    PATTERN any characters); "all" is stored as "* *" */
     size_t napprove;
     int64_t approve_ttl_ms;     /* approve_ttl = 24h: undecided after this, denied */
+
+    /* [mcp.NAME] (docs/mcp.md): an MCP server in the same namespace; its
+     * approve holds tool names, and url is NULL for a stdio server. */
+    int mcp;                    /* 1 for an [mcp.NAME] section */
+    char **command;             /* command = PROGRAM ARG...: argv of a stdio server */
+    size_t ncommand;
+    struct mcp_tool_key *tool_keys; /* key.TOOL = TEMPLATE */
+    size_t ntool_keys;
+    char **readonly;            /* readonly = TOOL, ...: never recorded */
+    size_t nreadonly;
+    int approve_destructive;    /* approve = destructive: tools not marked safe by the upstream */
+    int64_t wait_ms;            /* wait = 30s: a duplicate in flight waits this long for the result */
 } upstream_cfg;
+
+/* key.TOOL = TEMPLATE of an [mcp.NAME] section. */
+typedef struct mcp_tool_key {
+    char *tool;
+    struct key_template *key;
+} mcp_tool_key;
 
 /* [source.NAME]: a webhook sender (see docs/config.md). */
 typedef struct source_cfg {
@@ -145,8 +163,12 @@ int config_load_buffer(const char *text, size_t len, const char *path, once_conf
 /* Frees what cfg owns and zeroes it. */
 void config_free(once_config *cfg);
 
-/* The upstream called name, or NULL. */
+/* The upstream or MCP server called name (they share one namespace), or
+ * NULL; up->mcp tells which. */
 const upstream_cfg *config_upstream(const once_config *cfg, const char *name);
+/* Whether s[0..n) may name an MCP tool here: 1-128 of A-Z a-z 0-9 _ - . /
+ * (no ':', which ends the tool in a ledger key TOOL:KEY). */
+int config_mcp_tool_ok(const char *s, size_t n);
 /* The webhook source called name, or NULL. */
 const source_cfg *config_source(const once_config *cfg, const char *name);
 

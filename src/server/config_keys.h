@@ -38,6 +38,7 @@ enum config_flag {
     CK_SECRET = 2, /* a secret: written inline, the config file holds one; a path, the file is one */
     CK_PATH = 4,   /* a file name: resolved against the config's directory before the setter */
     CK_BASE = 8,   /* a base URL: stored without trailing slashes */
+    CK_PREFIX = 16 /* the name is a prefix ("key."): "key.TOOL" matches, c->suffix is "TOOL" */
 };
 
 struct config_key {
@@ -55,8 +56,8 @@ enum config_kind { CONFIG_SERVER, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_NKINDS 
 /* A kind of section: its key table, its instances' size, and its checks
  * ([server]'s one instance is the once_config itself). */
 typedef struct config_section {
-    enum config_kind kind;
-    const char *prefix; /* "server", "upstream.", "source." */
+    enum config_kind kind; /* where instances live: [mcp.NAME] ones are upstreams (one namespace) */
+    const char *prefix; /* "server", "upstream.", "mcp.", "source." */
     const char *noun;   /* "an upstream", "a source": for bad names */
     const config_key *keys;
     size_t nkeys;
@@ -71,9 +72,11 @@ typedef struct config_section {
 extern const config_section config_server_section;
 extern const config_section config_upstream_section;
 extern const config_section config_source_section;
+extern const config_section config_mcp_section;
 
 /* Which keys an instance of a section set, and on which line. */
 typedef struct config_sec_state {
+    const config_section *sec; /* the table the instance was read with */
     uint64_t seen;
     int line[CONFIG_MAX_KEYS]; /* by index in the section's table */
 } config_sec_state;
@@ -93,6 +96,7 @@ struct config_ctx {
     size_t cap[CONFIG_NKINDS];
     int server_line;
     const char *key; /* the key being set, for messages */
+    const char *suffix; /* a CK_PREFIX key's rest ("TOOL" of "key.TOOL") */
     const char *raw; /* its value as written, for messages */
     int failed;
     int errline; /* line of the recorded error (0: none / not a line) */
@@ -150,6 +154,11 @@ int config_listen(config_ctx *c, const config_key *k, void *field, const char *v
 int config_url(config_ctx *c, const config_key *k, void *field, const char *v);         /* char *: http(s) */
 int config_pem(config_ctx *c, const config_key *k, void *field, const char *v);         /* char *: a readable file */
 int config_header_name(config_ctx *c, const config_key *k, void *field, const char *v); /* char * */
+
+/* (config_upstream.c) header = Name: value and header_file = PATH of the
+ * current upstream or MCP server: injected into each request to it. */
+int config_header(config_ctx *c, const config_key *k, void *field, const char *v);
+int config_header_file(config_ctx *c, const config_key *k, void *field, const char *v);
 
 /* The count that follows an array field (int *list; size_t nlist;). */
 #define CONFIG_COUNT(field, type) ((size_t *)(void *)((char *)(field) + sizeof(type)))

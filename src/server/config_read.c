@@ -51,8 +51,11 @@
 /* A secrets file is a few lines; refuse to slurp a log file by mistake. */
 #define CONFIG_FILE_MAX ((off_t)1 << 20)
 
-static const config_section *const config_all[CONFIG_NKINDS] = {&config_server_section, &config_upstream_section,
-                                                                &config_source_section};
+/* The named sections, by prefix. [mcp.NAME] instances live beside
+ * [upstream.NAME] ones (one namespace, one array): each instance's state
+ * says which table it was read with. */
+static const config_section *const config_named[] = {&config_upstream_section, &config_mcp_section,
+                                                     &config_source_section};
 
 /* ---- messages ------------------------------------------------------------------- */
 
@@ -295,7 +298,7 @@ static char *config_instance(once_config *cfg, const config_section *s, size_t i
 
 int config_line(const config_ctx *c, enum config_kind kind, size_t i, const char *name)
 {
-    const config_section *s = config_all[kind];
+    const config_section *s = c->st[kind][i].sec;
     for (size_t k = 0; k < s->nkeys; k++) {
         if (strcmp(s->keys[k].name, name) == 0)
             return (c->st[kind][i].seen >> k & 1) != 0 ? c->st[kind][i].line[k] : 0;
@@ -373,15 +376,21 @@ static int config_open_named(config_ctx *c, const config_section *s, const char 
                            config_quote(name, q, sizeof q), s->noun);
     for (size_t i = 0; i < *n; i++) {
         char *other = config_instance(c->cfg, s, i);
-        if (strcmp(*(char **)other, name) == 0)
+        const config_section *os = c->st[s->kind][i].sec;
+        if (strcmp(*(char **)other, name) == 0 && os == s)
             return config_fail(c, "duplicate section [%s%s] (first at line %d)", s->prefix, name,
                                *(int *)(void *)(other + s->line_off));
+        if (strcmp(*(char **)other, name) == 0)
+            return config_fail(c, "[%s%s]: the name is taken by [%s%s] (line %d): upstreams and MCP servers "
+                               "share one namespace", s->prefix, name, os->prefix, name,
+                               *(int *)(void *)(other + os->line_off));
     }
     if (config_grow(c, s, *n) != 0)
         return -1;
     char *inst = config_instance(c->cfg, s, *n);
     memset(inst, 0, s->size);
     memset(&c->st[s->kind][*n], 0, sizeof c->st[s->kind][*n]);
+    c->st[s->kind][*n].sec = s;
     if ((*(char **)inst = strdup(name)) == NULL)
         return config_fail_oom(c);
     *(int *)(void *)(inst + s->line_off) = c->lineno;
@@ -404,12 +413,13 @@ static int config_open_section(config_ctx *c, const char *name)
         c->secname = "";
         return 0;
     }
-    for (int k = CONFIG_UPSTREAM; k < CONFIG_NKINDS; k++) {
-        if (strncmp(name, config_all[k]->prefix, strlen(config_all[k]->prefix)) == 0)
-            return config_open_named(c, config_all[k], name + strlen(config_all[k]->prefix));
+    for (size_t k = 0; k < sizeof config_named / sizeof config_named[0]; k++) {
+        const char *prefix = config_named[k]->prefix;
+        if (strncmp(name, prefix, strlen(prefix)) == 0)
+            return config_open_named(c, config_named[k], name + strlen(prefix));
     }
     c->sec = NULL;
-    return config_fail(c, "unknown section [%s] (expected [server], [upstream.NAME] or [source.NAME])",
+    return config_fail(c, "unknown section [%s] (expected [server], [upstream.NAME], [mcp.NAME] or [source.NAME])",
                        config_quote(name, q, sizeof q));
 }
 
@@ -487,6 +497,13 @@ static char *config_read_line(char *str, int num, void *stream)
     return str;
 }
 
+/* A CK_PREFIX row ("key.") matches "key.TOOL" with a non-empty rest. */
+static int config_key_prefixed(const config_key *k, const char *name)
+{
+    size_t n = strlen(k->name);
+    return (k->flags & CK_PREFIX) && strncmp(name, k->name, n) == 0 && name[n] != '\0';
+}
+
 /* inih's handler: one "key = value" of the current section (inih's own
  * section argument is cut at 49 bytes: unused). 1 to go on, 0 after an
  * error. */
@@ -507,7 +524,7 @@ static int config_on_pair(void *user, const char *section, const char *name, con
         return config_fail(c, "'%s' is outside a section (start with [server], [upstream.NAME] or [source.NAME])",
                            config_quote(name, q, sizeof q)),
                0;
-    while (k < s->nkeys && strcmp(s->keys[k].name, name) != 0)
+    while (k < s->nkeys && strcmp(s->keys[k].name, name) != 0 && !config_key_prefixed(&s->keys[k], name))
         k++;
     if (k == s->nkeys)
         return config_fail(c, "unknown key '%s' in [%s%s]", config_quote(name, q, sizeof q), s->prefix, c->secname), 0;
@@ -516,6 +533,7 @@ static int config_on_pair(void *user, const char *section, const char *name, con
         return config_fail(c, "duplicate key '%s'", name), 0;
     st->seen |= (uint64_t)1 << k;
     st->line[k] = c->lineno;
+    c->suffix = (s->keys[k].flags & CK_PREFIX) ? name + strlen(s->keys[k].name) : NULL;
     return config_set_key(c, &s->keys[k], value) == 0;
 }
 
@@ -544,7 +562,7 @@ static void config_finish(config_ctx *c)
     size_t n[CONFIG_NKINDS] = {1, c->cfg->nupstreams, c->cfg->nsources};
     for (int k = 0; k < CONFIG_NKINDS; k++) {
         for (size_t i = 0; i < n[k] && !c->failed; i++)
-            config_all[k]->finish(c, i);
+            c->st[k][i].sec->finish(c, i);
     }
 }
 
@@ -559,6 +577,7 @@ int config_load_stream(FILE *fp, const char *path, once_config *cfg, char *err, 
     c.fp = fp;
     c.err = err;
     c.errlen = errlen;
+    server.sec = &config_server_section;
     c.st[CONFIG_SERVER] = &server;
     config_quote(path, c.qpath, sizeof c.qpath);
     if (err != NULL && errlen > 0)

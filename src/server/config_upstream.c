@@ -67,7 +67,7 @@ static int config_add_header_where(config_ctx *c, const char *where, const char 
     return rc != 0 ? config_fail_oom(c) : 0;
 }
 
-static int config_header(config_ctx *c, const config_key *k, void *field, const char *v)
+int config_header(config_ctx *c, const config_key *k, void *field, const char *v)
 {
     (void)k;
     (void)field;
@@ -81,7 +81,7 @@ static int config_header_line(config_ctx *c, const char *fname, int fline, const
     return config_add_header_where(c, where, s, n);
 }
 
-static int config_header_file(config_ctx *c, const config_key *k, void *field, const char *v)
+int config_header_file(config_ctx *c, const config_key *k, void *field, const char *v)
 {
     (void)k;
     (void)field;

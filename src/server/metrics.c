@@ -55,8 +55,19 @@ static const char *const approval_names[MA_COUNT] = {"approved", "denied", "expi
 static const char *const webhook_names[MW_COUNT] = {"accepted", "duplicate", "bad_signature", "no_event_id"};
 static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "dead"};
 
+#define MAX_MCP_SERIES 512
+
+typedef struct mcp_series {
+    char server[65];
+    char tool[129];
+    const char *outcome; /* a string literal of mcp_call.c's */
+    unsigned long long n;
+} mcp_series;
+
 struct metrics {
     pthread_mutex_t mu;
+    mcp_series *mcp; /* under mu */
+    size_t nmcp;
     scope_stats *scopes;
     _Atomic size_t nscopes; /* entries [0, nscopes) are complete; added under mu */
     histogram commit;
@@ -88,6 +99,7 @@ void metrics_free(metrics *m)
     if (!m)
         return;
     pthread_mutex_destroy(&m->mu);
+    free(m->mcp);
     free(m->scopes);
     free(m);
 }
@@ -150,6 +162,39 @@ void metrics_action(metrics *m, const char *scope, metric_outcome o)
     if (!m || o >= MO_COUNT)
         return;
     count(&scope_get(m, scope ? scope : OTHER_SCOPE)->outcomes[o]);
+}
+
+/* Caller holds m->mu. The series, or NULL. */
+static mcp_series *mcp_find(metrics *m, const char *server, const char *tool, const char *outcome)
+{
+    for (size_t i = 0; i < m->nmcp; i++) {
+        mcp_series *s = &m->mcp[i];
+        if (strcmp(s->outcome, outcome) == 0 && strcmp(s->tool, tool) == 0 && strcmp(s->server, server) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+void metrics_mcp_call(metrics *m, const char *server, const char *tool, const char *outcome)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    mcp_series *s = mcp_find(m, server, tool, outcome);
+    /* The last series are kept for "_other", so it always has room. */
+    if (!s && m->nmcp >= MAX_MCP_SERIES - 64) {
+        tool = OTHER_SCOPE;
+        s = mcp_find(m, server, tool, outcome);
+    }
+    if (!s && m->nmcp < MAX_MCP_SERIES && (m->mcp || (m->mcp = calloc(MAX_MCP_SERIES, sizeof *m->mcp)))) {
+        s = &m->mcp[m->nmcp++];
+        snprintf(s->server, sizeof s->server, "%s", server);
+        snprintf(s->tool, sizeof s->tool, "%s", tool);
+        s->outcome = outcome;
+    }
+    if (s)
+        s->n++;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void metrics_upstream(metrics *m, const char *scope, double seconds)
@@ -347,6 +392,11 @@ int metrics_render(metrics *m, buf *b)
         if (s->tokens_saved)
             rc |= out(b, "once_llm_tokens_saved_total{scope=\"%s\"} %llu\n", s->name, s->tokens_saved);
     }
+    rc |= out(b, "# HELP once_mcp_calls_total MCP tool calls by server, tool and outcome.\n"
+                 "# TYPE once_mcp_calls_total counter\n");
+    for (size_t i = 0; i < m->nmcp; i++)
+        rc |= out(b, "once_mcp_calls_total{server=\"%s\",tool=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
+                  m->mcp[i].tool, m->mcp[i].outcome, m->mcp[i].n);
     rc |= out(b, "# HELP once_webhook_ack_seconds From a webhook's arrival to its durable acknowledgement.\n"
                  "# TYPE once_webhook_ack_seconds histogram\n");
     rc |= render_hist(b, "once_webhook_ack_seconds", "", &m->webhook_ack, seconds_buckets, NSEC);

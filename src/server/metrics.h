@@ -56,6 +56,11 @@ void metrics_approval_oldest(metrics *m, long long created_at_ms);
 /* Time from a webhook's arrival to its durable acknowledgement. */
 void metrics_webhook_ack(metrics *m, double seconds);
 
+/* An MCP tools/call answered with outcome (a fixed string: completed,
+ * replayed, readonly, ...). Past a fixed number of (server, tool, outcome)
+ * series, tools count as "_other": agents name the tools. */
+void metrics_mcp_call(metrics *m, const char *server, const char *tool, const char *outcome);
+
 /* Appends the whole registry to out. 0 or -1 (out of memory). */
 int metrics_render(metrics *m, buf *out);
 

@@ -26,6 +26,7 @@
 #include "server/log.h"
 #include "common/pct.h"
 #include "server/redact.h"
+#include "server/relay.h"
 #include "server/server.h"
 #include "server/stream.h"
 #include "server/target.h"
@@ -95,32 +96,6 @@ static int method_is_safe(const char *m)
 
 /* ---- building requests and responses ----------------------------------- */
 
-static int header_dropped(const proxy *px, const char *name)
-{
-    return upstream_header_dropped(px->up, px->r->srv->cfg->ntokens > 0, req_header(px->r, "Connection"), name);
-}
-
-typedef struct collect {
-    proxy *px;
-    int failed;
-} collect;
-
-/* Copies the client's headers while MHD's strings are sure to be alive: the
- * request may be forwarded, or described for the store, from another thread
- * after the client has gone. */
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
-{
-    (void)kind;
-    collect *c = cls;
-    if (!name || header_dropped(c->px, name))
-        return MHD_YES;
-    if (out_headers_add(&c->px->headers, name, value ? value : "") < 0) {
-        c->failed = 1;
-        return MHD_NO;
-    }
-    return MHD_YES;
-}
-
 /* The client's headers as stored: [name, value] pairs, without secrets
  * (redact.h). Injected headers are never stored at all (they come after the
  * client's in px->headers). */
@@ -184,36 +159,6 @@ static int meta_build(void *arg, const uint8_t **data, size_t *len)
     *data = (const uint8_t *)px->meta;
     *len = strlen(px->meta); /* the store refuses more than ONCE_REQUEST_MAX */
     return ONCE_OK;
-}
-
-/* Adds the upstream's end-to-end headers (a JSON array of [name, value]
- * pairs) to resp; the framing is the gateway's own. */
-static void resp_add_headers(struct MHD_Response *resp, const char *headers_json)
-{
-    if (!headers_json)
-        return;
-    json_t *arr = json_loads(headers_json, 0, NULL);
-    size_t i;
-    json_t *pair;
-    json_array_foreach(arr, i, pair)
-    {
-        const char *n = json_string_value(json_array_get(pair, 0));
-        const char *v = json_string_value(json_array_get(pair, 1));
-        if (n && v && strcasecmp(n, "content-length") != 0 && strcasecmp(n, "transfer-encoding") != 0 &&
-            strcasecmp(n, "connection") != 0)
-            MHD_add_response_header(resp, n, v);
-    }
-    json_decref(arr);
-}
-
-/* A response from a JSON array of [name, value] headers and a body: what
- * the upstream said, live or replayed. */
-static struct MHD_Response *resp_from(const char *headers_json, const uint8_t *body, size_t len)
-{
-    struct MHD_Response *resp = resp_bytes(body, len, NULL);
-    if (resp)
-        resp_add_headers(resp, headers_json);
-    return resp;
 }
 
 /* The tokens an LLM answer reports (usage.total_tokens of a JSON answer,
@@ -297,7 +242,7 @@ static void reply_replay(proxy *px)
     struct MHD_Response *resp;
     unsigned status;
     if (a->has_response) {
-        resp = resp_from(a->response.headers, a->response.body, a->response.body_len);
+        resp = relay_response(a->response.headers, a->response.body, a->response.body_len);
         status = (unsigned)a->response.status;
     } else {
         /* Resolved by a human: there is no upstream answer to replay. */
@@ -444,7 +389,7 @@ static int stream_start(out_call *c)
     struct MHD_Response *resp;
     if (!(px->stream = stream_open(px->srv, r->conn, stream_room, px, &resp)))
         return -1;
-    resp_add_headers(resp, (const char *)c->resp_headers.data);
+    relay_add_headers(resp, (const char *)c->resp_headers.data);
     sse_watch_init(&px->watch);
     __atomic_add_fetch(&px->holders, 1, __ATOMIC_ACQ_REL);
     /* curl may still hold the request body: it goes with px, not r. */
@@ -562,7 +507,7 @@ static void on_recorded(void *ctx, int rc, const char *detail)
         r->outcome = once_state_name(upstream_outcome_state(px->kind));
         if (px->kind != UPSTREAM_COMPLETED)
             metrics_action(m, name, px->kind == UPSTREAM_RELEASED_PASS ? MO_RELEASED : MO_UNKNOWN);
-        req_reply(r, (unsigned)c->status, resp_from((const char *)c->resp_headers.data, c->resp_body.data,
+        req_reply(r, (unsigned)c->status, relay_response((const char *)c->resp_headers.data, c->resp_body.data,
                                                     c->resp_body.len));
         break;
     case UPSTREAM_UNREACHABLE:
@@ -748,7 +693,7 @@ static void on_pass_done(out_call *c)
     switch (c->kind) {
     case OUT_ANSWERED:
         req_reply(r, (unsigned)c->status,
-                  resp_from((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
+                  relay_response((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
         break;
     case OUT_NOT_SENT:
         req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s", c->error);
@@ -897,12 +842,9 @@ static void proxy_handle(req *r)
         req_problem(r, 400, "invalid_path", "Invalid path", NULL, "%s; nothing was sent", why);
         return;
     }
-    collect col = {.px = px};
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &col);
+    int failed = relay_client_headers(r, up, &px->headers) < 0;
     px->nclient = px->headers.count;
-    int failed = col.failed;
-    for (size_t i = 0; !failed && i < up->nheaders; i++)
-        failed = out_headers_add(&px->headers, up->headers[i], NULL) < 0;
+    failed = failed || relay_injected_headers(up, &px->headers) < 0;
     if (!failed && key && up->forward_key_as)
         failed = out_headers_add(&px->headers, up->forward_key_as, key) < 0;
     if (failed) {
@@ -962,15 +904,22 @@ static int proxy_admit(req *r, problem *p)
     memcpy(name, rest, nlen);
     name[nlen] = '\0';
     r->up = config_upstream(r->srv->cfg, name);
+    if (r->up && r->up->mcp) {
+        r->up = NULL;
+        return problem_set(p, 404, "unknown_upstream", "Unknown upstream",
+                           "'%s' is an MCP server: agents reach it at /v1/mcp/%s", name, name);
+    }
     if (!r->up) {
         /* The caller is authenticated by now: naming what exists helps. */
         const once_config *cfg = r->srv->cfg;
         char known[160] = "";
         size_t at = 0;
-        for (size_t i = 0; i < cfg->nupstreams && at < sizeof known; i++)
-            at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", cfg->upstreams[i].name);
+        for (size_t i = 0, n = 0; i < cfg->nupstreams && at < sizeof known; i++)
+            if (!cfg->upstreams[i].mcp)
+                at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", n++ ? ", " : "",
+                                       cfg->upstreams[i].name);
         return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream named '%s' (%s%s)", name,
-                           cfg->nupstreams ? "upstreams: " : "none is configured", known);
+                           known[0] ? "upstreams: " : "none is configured", known);
     }
     return admit_target(r, rest + nlen, p);
 }

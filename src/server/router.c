@@ -7,7 +7,8 @@
 #include <string.h>
 
 static const route *const route_tables[] = {ops_routes,    proxy_routes,  actions_routes,
-                                            hooks_routes,  events_routes, console_routes};
+                                            hooks_routes,  events_routes, console_routes,
+                                            mcp_routes};
 
 /* Whether path (n bytes, no query) matches pattern; fills the captures.
  * target is the whole raw target, for the "{**}" capture. */

@@ -4,7 +4,7 @@
  * before a body byte is read (docs/security.md: decide before reading).
  *
  * Each module owns its routes (h2o's habit): ops.c, proxy.c, actions.c, hooks.c,
- * events_api.c and console.c each export a table; router.c only matches. A new route is a new
+ * events_api.c, console.c and mcp.c each export a table; router.c only matches. A new route is a new
  * row, not a new branch.
  */
 #ifndef ONCE_SERVER_ROUTER_H
@@ -64,5 +64,6 @@ extern const route actions_routes[];
 extern const route hooks_routes[];
 extern const route events_routes[];
 extern const route console_routes[];
+extern const route mcp_routes[];
 
 #endif

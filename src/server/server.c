@@ -29,6 +29,7 @@
 #include "server/http.h"
 #include "server/leases.h"
 #include "server/log.h"
+#include "server/mcp.h"
 #include "server/reconciler.h"
 #include "server/server.h"
 
@@ -277,6 +278,10 @@ int server_run(once_config *cfg)
         log_event("error", "cannot start the approvals thread");
         goto out;
     }
+    if (mcp_start(&srv) < 0) {
+        log_event("error", "cannot start the MCP servers");
+        goto out;
+    }
 
     for (size_t i = 0; i < nl; i++) {
         srv.daemons[i] = http_listen(&listeners[i], cfg->threads, cfg->max_connections, err, sizeof err);
@@ -319,6 +324,7 @@ out:
     reconciler_quiesce(srv.reconciler);
     approvals_quiesce(srv.approvals);
     outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
+    mcp_stop(&srv);        /* and what runs on a stdio MCP server */
     delivery_stop(&srv);   /* settles the deliveries the stop aborted */
     reconciler_stop(srv.reconciler);
     approvals_stop(srv.approvals); /* records what the stop cut */
@@ -332,6 +338,7 @@ out:
         MHD_stop_daemon(srv.daemons[i]);
     /* Only now can no request reach these. */
     outbound_free(srv.ob);
+    mcp_free(&srv);
     waiters_free(srv.waiters);
     worker_free(srv.worker);
     delivery_free(&srv);

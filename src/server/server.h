@@ -42,6 +42,7 @@ typedef struct server {
     approvals *approvals;  /* sends what humans approved; NULL without approve rules */
     guard *guard;
     leases *leases;        /* the leases of this node's calls in flight, renewed */
+    struct mcp_rt *mcp;    /* MCP servers' runtimes, parallel to cfg->upstreams (mcp.h) */
     struct MHD_Daemon **daemons;
     size_t ndaemons;
     pthread_mutex_t mu;

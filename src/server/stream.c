@@ -33,6 +33,7 @@ struct stream {
     int clean;
     int gone;        /* libmicrohttpd let go of the response */
     int holders;
+    int drained;     /* not waited for by the drain at shutdown (stream_no_drain) */
     stream_resume_fn resume;
     void *ctx;
 };
@@ -177,9 +178,21 @@ void stream_end(stream *s, int clean, const char *outcome)
         s->suspended = 0;
         MHD_resume_connection(s->conn);
     }
+    int drained = s->drained;
     pthread_mutex_unlock(&s->mu);
-    server_unpark(s->srv);
+    if (!drained)
+        server_unpark(s->srv);
     stream_unhold(s);
+}
+
+void stream_no_drain(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int was = s->drained;
+    s->drained = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (!was)
+        server_unpark(s->srv);
 }
 
 int stream_caller_gone(stream *s)

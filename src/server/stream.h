@@ -53,6 +53,11 @@ stream_push_result stream_push(stream *s, const uint8_t *p, size_t n);
  * after it. Then lets go of the producer's hold. Producer thread only, once. */
 void stream_end(stream *s, int clean, const char *outcome);
 
+/* A stream with no end of its own (an MCP server's standing GET stream):
+ * the drain at shutdown does not wait for it; stopping the outbound client
+ * ends it, before the daemons stop. Producer thread, before stream_end. */
+void stream_no_drain(stream *s);
+
 /* Has the caller gone (its connection closed)? */
 int stream_caller_gone(stream *s);
 
