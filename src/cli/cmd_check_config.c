@@ -32,8 +32,15 @@ static int check_config_file(const char *path)
         config_free(&cfg);
         return CLI_EXIT_USAGE;
     }
-    printf("%s: ok (%zu upstream%s, %zu webhook source%s)\n", q != NULL ? q : path, cfg.nupstreams,
-           cfg.nupstreams == 1 ? "" : "s", cfg.nsources, cfg.nsources == 1 ? "" : "s");
+    size_t nmcp = 0;
+    for (size_t i = 0; i < cfg.nupstreams; i++)
+        nmcp += cfg.upstreams[i].mcp != 0;
+    size_t nup = cfg.nupstreams - nmcp;
+    char mcp[48] = "";
+    if (nmcp)
+        snprintf(mcp, sizeof mcp, ", %zu MCP server%s", nmcp, nmcp == 1 ? "" : "s");
+    printf("%s: ok (%zu upstream%s%s, %zu webhook source%s)\n", q != NULL ? q : path, nup, nup == 1 ? "" : "s", mcp,
+           cfg.nsources, cfg.nsources == 1 ? "" : "s");
     free(q);
     config_free(&cfg);
     return cli_finish_stdout(CLI_EXIT_OK);

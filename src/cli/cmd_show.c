@@ -39,6 +39,26 @@ static int show_print_response(const once_action *a)
     return ONCE_OK;
 }
 
+/* An MCP tool call (docs/mcp.md) says which tool and with what
+ * arguments before the raw stored request: what a person deciding or
+ * resolving it looks for. Other requests print nothing here. */
+static int show_print_tool(const once_action *a)
+{
+    json_t *meta = json_loadb((const char *)a->request, a->request_len, 0, NULL);
+    const char *kind = json_string_value(json_object_get(meta, "mcp"));
+    const char *tool = json_string_value(json_object_get(meta, "tool"));
+    int rc = ONCE_OK;
+    if (kind && tool && strcmp(kind, "tools/call") == 0) {
+        char *args = json_dumps(json_object_get(meta, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
+        rc = cli_print_text("tool", tool);
+        if (rc == ONCE_OK)
+            rc = args ? cli_print_field("arguments", args, strlen(args), SHOW_PREVIEW_MAX) : ONCE_ENOMEM;
+        free(args);
+    }
+    json_decref(meta);
+    return rc;
+}
+
 /* The field: value lines of the action at rec, for people. */
 static int show_print_action(const void *rec)
 {
@@ -64,6 +84,8 @@ static int show_print_action(const void *rec)
     }
     cli_print_time("expires_at", a->expires_at);
     rc = cli_print_text("fingerprint", a->fingerprint);
+    if (rc == ONCE_OK && a->request)
+        rc = show_print_tool(a);
     if (rc == ONCE_OK && a->request)
         rc = cli_print_field("request", (const char *)a->request, a->request_len, SHOW_PREVIEW_MAX);
     if (rc == ONCE_OK)

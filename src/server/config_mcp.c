@@ -185,6 +185,11 @@ static int config_mcp_finish(config_ctx *c, size_t i)
     if (u->max_response > ONCE_BODY_MAX)
         return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "max_response"),
                               "[mcp.%s]: max_response may be at most 64MiB", u->name);
+    for (size_t a = 0; a < u->napprove; a++)
+        for (size_t r = 0; r < u->nreadonly; r++)
+            if (strcmp(u->approve[a], u->readonly[r]) == 0)
+                return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "readonly"),
+                                      "[mcp.%s]: '%s' is in both readonly and approve", u->name, u->readonly[r]);
     if (u->napprove == 0 && !u->approve_destructive && config_line(c, CONFIG_UPSTREAM, i, "approve_ttl") > 0)
         return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "approve_ttl"),
                               "approve_ttl: does nothing without approve = TOOL, ... in [mcp.%s]", u->name);

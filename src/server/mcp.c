@@ -455,7 +455,14 @@ static void mcp_post(req *r)
         reply_rpc(r, 400, text, NULL);
         return;
     }
-    if (method && strcmp(method, "tools/call") == 0 && json_object_get(msg, "id")) {
+    if (method && strcmp(method, "tools/call") == 0 && !json_object_get(msg, "id")) {
+        /* A tools/call sent as a notification: a server might run it, and
+         * nothing would record it. */
+        json_decref(msg);
+        reply_rpc(r, 400, mcp_error_answer(NULL, -32600, "Invalid Request: tools/call needs an id"), NULL);
+        return;
+    }
+    if (method && strcmp(method, "tools/call") == 0) {
         mcp_call_start(r, rt, msg);
         return;
     }

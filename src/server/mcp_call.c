@@ -115,8 +115,9 @@ static void stream_room(void *ctx)
 }
 
 /* Relays one message to the agent on its event stream, opened at the
- * first. A notification that finds the agent slow is dropped (progress is
- * advisory; the response is what counts, and it is recorded). 0 or -1. */
+ * first. 0 taken; 1 the agent is more than a window behind and nothing
+ * was taken (a notification is then dropped: progress is advisory; the
+ * response is recorded anyway); -1 out of memory. */
 static int relay_event(mcall *mc, const char *data, size_t len)
 {
     if (!mc->stream) {
@@ -131,8 +132,10 @@ static int relay_event(mcall *mc, const char *data, size_t len)
     }
     buf b = {0};
     int rc = sse_frame(&b, data, len);
-    if (rc == 0 && stream_push(mc->stream, b.data, b.len) == STREAM_ERROR)
-        rc = -1;
+    if (rc == 0) {
+        stream_push_result pr = stream_push(mc->stream, b.data, b.len);
+        rc = pr == STREAM_ERROR ? -1 : pr == STREAM_FULL ? 1 : 0;
+    }
     buf_free(&b);
     return rc;
 }
@@ -143,6 +146,8 @@ static void answer(mcall *mc, char *text, const char *outcome)
 {
     metrics_mcp_call(mc->srv->metrics, mc->up->name, mc->tool, outcome);
     if (mc->stream) {
+        /* Not taken: the stream is cut, so the agent's client fails the
+         * call (and its retry is replayed) rather than wait for ever. */
         int ok = text && relay_event(mc, text, strlen(text)) == 0;
         free(text);
         stream_end(mc->stream, ok, NULL);

@@ -136,6 +136,9 @@ int mcp_tool_recorded(const upstream_cfg *up, mcp_tools *t, const char *tool)
     int ro = 0, destructive = 1;
     if (listed(up->readonly, up->nreadonly, tool))
         return 0;
+    /* The operator's approve list beats the server's hint. */
+    if (listed(up->approve, up->napprove, tool))
+        return 1;
     return !(tools_hint(t, tool, &ro, &destructive) && ro);
 }
 

@@ -32,8 +32,8 @@ void mcp_tools_learn(mcp_tools *t, const json_t *result, int first_page);
 /* notifications/tools/list_changed: what was known may be wrong now. */
 void mcp_tools_forget(mcp_tools *t);
 
-/* Is a call of tool recorded? Not when readonly = lists it or the server
- * said readOnlyHint: true. */
+/* Is a call of tool recorded? Not when readonly = lists it, or the server
+ * said readOnlyHint: true and approve = does not list it. */
 int mcp_tool_recorded(const upstream_cfg *up, mcp_tools *t, const char *tool);
 /* Does a new call of tool wait for a human? When approve = lists it, or
  * approve = destructive and the server did not say destructiveHint: false
