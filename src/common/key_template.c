@@ -461,6 +461,11 @@ void key_template_free(key_template *t)
 
 int key_template_json_only(const key_template *t, char *err, size_t errlen)
 {
+    return key_template_json_header_only(t, 0, err, errlen);
+}
+
+int key_template_json_header_only(const key_template *t, int headers, char *err, size_t errlen)
+{
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (t == NULL)
@@ -469,7 +474,7 @@ int key_template_json_only(const key_template *t, char *err, size_t errlen)
      * first written. */
     for (int i = 0; i < t->nnodes; i++) {
         const kt_node *nd = &t->nodes[i];
-        if (nd->type == KT_FIELD && nd->what != KT_JSON) {
+        if (nd->type == KT_FIELD && nd->what != KT_JSON && !(headers && nd->what == KT_HEADER)) {
             errbuf_set(err, errlen, "%s", nd->s);
             return -1;
         }

@@ -48,5 +48,8 @@ int key_template_eval(const key_template *t, const key_source *src, char *out, s
  * contexts where only JSON exists (the actions API): 0 when t uses only
  * json: fields, else -1 with the first such field in err. */
 int key_template_json_only(const key_template *t, char *err, size_t errlen);
+/* The same, with header: fields allowed too when headers (an MCP tool's
+ * key: a call has JSON and the request's headers, no path or query). */
+int key_template_json_header_only(const key_template *t, int headers, char *err, size_t errlen);
 
 #endif

@@ -93,6 +93,11 @@ static int config_tool_key(config_ctx *c, const config_key *k, void *field, cons
             key_template_free(t);
         return config_fail(c, "key.%s: %s", tool, why[0] != '\0' ? config_quote(why, q, sizeof q) : "not a valid template");
     }
+    if (t && key_template_json_header_only(t, 1, why, sizeof why) < 0) {
+        key_template_free(t);
+        return config_fail(c, "key.%s: {%s} is not available to a tool call (use {json:/arguments/...} or "
+                           "{header:NAME})", tool, config_quote(why, q, sizeof q));
+    }
     mcp_tool_key *grown = t ? realloc(u->tool_keys, (u->ntool_keys + 1) * sizeof *grown) : NULL;
     char *name = grown ? strdup(tool) : NULL;
     if (grown)
@@ -125,7 +130,7 @@ static int config_tool_item(config_ctx *c, void *arg, const char *s, size_t n, s
                            config_quote_n(s, n, q, sizeof q), l->destructive ? " or 'destructive'" : "");
     for (size_t i = 0; i < *l->n; i++) {
         if (strlen((*l->v)[i]) == n && memcmp((*l->v)[i], s, n) == 0)
-            return config_fail(c, "%s: '%s' is listed twice", c->key, q);
+            return config_fail(c, "%s: '%s' is listed twice", c->key, config_quote_n(s, n, q, sizeof q));
     }
     return config_push_str(l->v, l->n, s, n) != 0 ? config_fail_oom(c) : 0;
 }

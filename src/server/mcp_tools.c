@@ -278,5 +278,8 @@ mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap)
     json_int_t code = json_integer_value(json_object_get(err, "code"));
     const char *msg = json_string_value(json_object_get(err, "message"));
     snprintf(why, cap, "the MCP server answered error %lld: %.160s", (long long)code, msg ? msg : "");
-    return code >= -32700 && code <= -32600 ? MCP_RELEASED : MCP_UNKNOWN;
+    /* Parse error, invalid request, unknown method, invalid params: the
+     * request was refused before a handler ran. -32603 (internal error) is
+     * what an SDK answers when a handler throws, maybe after its effect. */
+    return code == -32700 || (code >= -32602 && code <= -32600) ? MCP_RELEASED : MCP_UNKNOWN;
 }

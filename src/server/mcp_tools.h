@@ -57,7 +57,7 @@ char *mcp_canonical_args(const json_t *params);
 /* What a server's final response to a tools/call means for the ledger. */
 typedef enum mcp_verdict {
     MCP_COMPLETED, /* a result (also one with isError: true): recorded and replayed */
-    MCP_RELEASED,  /* a JSON-RPC error of the protocol (-32700..-32600): the tool did not run */
+    MCP_RELEASED,  /* a JSON-RPC error about the request (-32700, -32600..-32602): the tool did not run */
     MCP_UNKNOWN    /* any other error, or no response: it may have run */
 } mcp_verdict;
 

@@ -508,7 +508,7 @@ static void test_sections(void **state)
 {
     (void)state;
     tc_expect_error("[server]\n[sources.stripe]\nsecret = x\n", 2,
-                    "unknown section [sources.stripe] (expected [server], [upstream.NAME] or "
+                    "unknown section [sources.stripe] (expected [server], [upstream.NAME], [mcp.NAME] or "
                     "[source.NAME])");
     tc_expect_error("[Server]\n", 1, "unknown section [Server]");
     tc_expect_error("[ server ]\n", 1, "unknown section [ server ]");
