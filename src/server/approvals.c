@@ -216,7 +216,7 @@ static void send_mcp(approvals *ap, const upstream_cfg *up, once_reservation *re
     const char *tool = json_string_value(json_object_get(meta, "tool"));
     json_t *final = NULL;
     int sent = 0, rc;
-    char why[300] = "";
+    char why[300] = "", logged[300] = "";
     mcp_verdict v = MCP_RELEASED;
     if (!tool) {
         snprintf(why, sizeof why, "the stored request names no tool: nothing was sent");
@@ -247,9 +247,11 @@ static void send_mcp(approvals *ap, const upstream_cfg *up, once_reservation *re
         log_event("error", "mcp %s: the outcome of an approved call could not be recorded (the action is held once "
                   "its lease runs out): %s", up->name, once_errdetail());
     else
-        log_event("info", "mcp %s: approved tool call made: %s%s%s", up->name,
+        mcp_why_for_log(final, why, logged, sizeof logged);
+    if (rc >= 0)
+        log_event("info", "mcp %s: approved call of tool %s made: %s%s%s", up->name, tool ? tool : "?",
                   v == MCP_COMPLETED ? "completed" : v == MCP_RELEASED ? "released" : "unknown",
-                  v == MCP_COMPLETED ? "" : ": ", v == MCP_COMPLETED ? "" : why);
+                  v == MCP_COMPLETED ? "" : ": ", v == MCP_COMPLETED ? "" : logged);
     free(result);
     json_decref(final);
     json_decref(meta);

@@ -264,7 +264,9 @@ static void pass_url(req *r, mcp_rt *rt, json_t *msg)
     }
     if (!(p->method = strdup(r->method)) || relay_client_headers(r, up, &p->headers) < 0 ||
         relay_injected_headers(up, &p->headers) < 0 ||
-        (r->body.len && buf_append(&p->body, r->body.data, r->body.len, SIZE_MAX - 1) < 0)) {
+        /* A GET or DELETE carries nothing to the server: a body there
+         * could be a tools/call that no ledger saw. */
+        (msg && r->body.len && buf_append(&p->body, r->body.data, r->body.len, SIZE_MAX - 1) < 0)) {
         req_out_of_memory(r);
         return;
     }
@@ -378,8 +380,7 @@ static void pass_stdio(req *r, mcp_rt *rt, json_t *msg)
          * once, which already said initialized and cannot route answers to
          * requests the server never sent this agent. Cancellations are not
          * relayed: a call goes on when its caller leaves. */
-        if (method && strcmp(method, "notifications/initialized") != 0 &&
-            strcmp(method, "notifications/cancelled") != 0)
+        if (method && strcmp(method, "notifications/initialized") != 0)
             mcp_stdio_notify(rt->stdio, msg);
         req_reply(r, 202, resp_bytes("", 0, NULL));
         return;
@@ -464,6 +465,15 @@ static void mcp_post(req *r)
     }
     if (method && strcmp(method, "tools/call") == 0) {
         mcp_call_start(r, rt, msg);
+        return;
+    }
+    if (method && strcmp(method, "notifications/cancelled") == 0) {
+        /* A call goes on when its caller gives up (DESIGN §10): an SDK
+         * server that got this would drop the answer of a tool that ran,
+         * and the call would be unknown. The server's late answer goes to
+         * nobody; the retry is replayed. */
+        json_decref(msg);
+        req_reply(r, 202, resp_bytes("", 0, NULL));
         return;
     }
     mcp_pass(r, rt, msg);

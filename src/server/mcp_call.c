@@ -303,7 +303,9 @@ static void on_recorded(void *ctx, int rc, const char *detail)
         break;
     case MCP_UNKNOWN:
         metrics_action(m, name, MO_UNKNOWN);
-        log_event("warn", "mcp %s: a tool call ended as unknown: %s", name, mc->why);
+        char logged[MCP_WHY_MAX];
+        mcp_why_for_log(mc->final, mc->why, logged, sizeof logged);
+        log_event("warn", "mcp %s: a call of tool %s ended as unknown: %s", name, mc->tool, logged);
         answer_own(mc, "unknown",
                    "The tool was called but its outcome is unknown (%s). It may have happened. It will not be "
                    "called again until a person resolves it; do not retry it.", mc->why);

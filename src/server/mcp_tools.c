@@ -232,6 +232,15 @@ char *mcp_result_answer(const json_t *id, const json_t *result, const char *outc
         meta = json_object();
         json_object_set_new(res, "_meta", meta);
     }
+    /* once/ members are once's to say: a server's are dropped. */
+    const char *name;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(meta, tmp, name, v)
+    {
+        if (strncmp(name, "once/", 5) == 0)
+            json_object_del(meta, name);
+    }
     json_t *o = answer_envelope(id);
     if (!res || !meta || !o || json_object_set_new(meta, "once/outcome", json_string(outcome)) < 0 ||
         json_object_set_new(meta, "once/key", json_string(key)) < 0 ||
@@ -262,6 +271,30 @@ char *mcp_error_answer(const json_t *id, int code, const char *message)
     return answer_dump(o);
 }
 
+/* The official SDKs' McpServer answers a call it refused before running
+ * the tool (unknown or disabled tool, arguments failing the input schema)
+ * not as a JSON-RPC error but as an isError result whose one text is the
+ * McpError's message. Those are released like the errors they stand for,
+ * so that a corrected call is not answered with the refusal again. Only
+ * these prefixes: an output-schema failure comes after the tool ran. */
+static int result_refused_unrun(const json_t *result, char *why, size_t cap)
+{
+    static const char *const prefixes[] = {"MCP error -32602: Input validation error:", "MCP error -32602: Tool "};
+    json_t *content = json_object_get(result, "content");
+    const char *text = json_string_value(json_object_get(json_array_get(content, 0), "text"));
+    if (!json_is_true(json_object_get(result, "isError")) || json_array_size(content) != 1 || !text)
+        return 0;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        size_t n = strlen(prefixes[i]);
+        int tool_state = i == 1 && (strstr(text, " not found") || strstr(text, " disabled"));
+        if (strncmp(text, prefixes[i], n) == 0 && (i == 0 || tool_state)) {
+            snprintf(why, cap, "the MCP server refused the call before running it: %.160s", text);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap)
 {
     json_t *err = json_object_get(final, "error");
@@ -269,8 +302,9 @@ mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap)
         snprintf(why, cap, "the MCP server did not answer the call");
         return MCP_UNKNOWN;
     }
-    if (json_is_object(json_object_get(final, "result")))
-        return MCP_COMPLETED;
+    json_t *result = json_object_get(final, "result");
+    if (json_is_object(result))
+        return result_refused_unrun(result, why, cap) ? MCP_RELEASED : MCP_COMPLETED;
     if (!json_is_object(err)) {
         snprintf(why, cap, "the MCP server's answer has neither a result nor an error");
         return MCP_UNKNOWN;
@@ -278,8 +312,22 @@ mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap)
     json_int_t code = json_integer_value(json_object_get(err, "code"));
     const char *msg = json_string_value(json_object_get(err, "message"));
     snprintf(why, cap, "the MCP server answered error %lld: %.160s", (long long)code, msg ? msg : "");
-    /* Parse error, invalid request, unknown method, invalid params: the
+    /* Parse error, invalid request, unknown method, invalid params, and
+     * MCP's "URL elicitation required" (the user must consent first): the
      * request was refused before a handler ran. -32603 (internal error) is
      * what an SDK answers when a handler throws, maybe after its effect. */
-    return code == -32700 || (code >= -32602 && code <= -32600) ? MCP_RELEASED : MCP_UNKNOWN;
+    return code == -32700 || (code >= -32602 && code <= -32600) || code == -32042 ? MCP_RELEASED : MCP_UNKNOWN;
+}
+
+void mcp_why_for_log(const json_t *final, const char *why, char *out, size_t cap)
+{
+    json_t *err = json_object_get(final, "error");
+    json_t *result = json_object_get(final, "result");
+    if (json_is_object(err))
+        snprintf(out, cap, "the MCP server answered error %lld",
+                 (long long)json_integer_value(json_object_get(err, "code")));
+    else if (json_is_object(result))
+        snprintf(out, cap, "the MCP server refused the call before running it");
+    else
+        snprintf(out, cap, "%s", why);
 }

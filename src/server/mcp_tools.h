@@ -57,7 +57,8 @@ char *mcp_canonical_args(const json_t *params);
 /* What a server's final response to a tools/call means for the ledger. */
 typedef enum mcp_verdict {
     MCP_COMPLETED, /* a result (also one with isError: true): recorded and replayed */
-    MCP_RELEASED,  /* a JSON-RPC error about the request (-32700, -32600..-32602): the tool did not run */
+    MCP_RELEASED,  /* the tool did not run: a JSON-RPC error about the request (-32700, -32600..-32602,
+                      -32042), or the SDKs' isError result for an unknown tool or invalid arguments */
     MCP_UNKNOWN    /* any other error, or no response: it may have run */
 } mcp_verdict;
 
@@ -65,8 +66,14 @@ typedef enum mcp_verdict {
  * with the reason kept for a release or an unknown in why. */
 mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap);
 
+/* What a log line may say of an ending that why describes: the server's
+ * own words (an error message may echo the arguments) are left out, only
+ * its error code said. */
+void mcp_why_for_log(const json_t *final, const char *why, char *out, size_t cap);
+
 /* A JSON-RPC response for id: {"jsonrpc":"2.0","id":id,"result":result}
- * with result's _meta gaining "once/outcome" and "once/key", and
+ * with result's _meta losing any "once/..." member the server put there
+ * and gaining "once/outcome" and "once/key", and
  * "once/argumentsDiffer": true when mismatch (the key was first used with
  * other arguments, whose result this is). result is copied, not changed.
  * Serialized, malloc'd; NULL out of memory. */

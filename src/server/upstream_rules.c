@@ -29,11 +29,14 @@ int upstream_header_dropped(const upstream_cfg *up, int tokens_on, const char *c
      * could forge: once sets none, so none may look as if it had. */
     static const char *const drop[] = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
-                                       "idempotency-key", "prefer", "expect", "forwarded", "x-forwarded-for",
-                                       "x-forwarded-host", "x-forwarded-proto", "x-real-ip"};
+                                       "idempotency-key", "prefer", "expect", "forwarded", "x-real-ip",
+                                       /* and those that rewrite the URL behind some frameworks' backs */
+                                       "x-original-url", "x-rewrite-url", "x-original-host", "x-host"};
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
         if (strcasecmp(name, drop[i]) == 0)
             return 1;
+    if (strncasecmp(name, "x-forwarded-", 12) == 0)
+        return 1;
     if (connection_names(connection, name))
         return 1;
     /* once's own bearer token is for once, never for the provider. */

@@ -238,18 +238,22 @@ def _ini_value(v):
     return str(v)
 
 
-def write_config(path, server, upstreams):
-    """server: dict; upstreams: {name: dict}. A list value of strings repeats the line
-    (e.g. header = [...]); a list of ints is written comma-separated."""
+def write_config(path, server, upstreams, mcp=None):
+    """server: dict; upstreams: {name: dict}; mcp: {name: dict}, written as [mcp.NAME]
+    sections after the upstreams (MCP servers, DESIGN §10; keys such as key.TOOL as given).
+    A list value of strings repeats the line (e.g. header = [...]); a list of ints is
+    written comma-separated."""
     lines = ["[server]"]
     for k, v in server.items():
         if v is None:
             continue
         lines.append(f"{k} = {_ini_value(v)}")
-    for name, up in upstreams.items():
+    sections = [(f"upstream.{name}", up) for name, up in upstreams.items()]
+    sections += [(f"mcp.{name}", m) for name, m in (mcp or {}).items()]
+    for section, items in sections:
         lines.append("")
-        lines.append(f"[upstream.{name}]")
-        for k, v in up.items():
+        lines.append(f"[{section}]")
+        for k, v in items.items():
             if v is None:
                 continue
             if isinstance(v, (list, tuple)) and not all(isinstance(x, int) for x in v):
@@ -266,9 +270,10 @@ def write_config(path, server, upstreams):
 class Gateway:
     """One `once serve` on a config of its own in workdir; restartable on the same store."""
 
-    def __init__(self, workdir, upstreams, server=None, port=None, store_kind="sqlite", store=None):
+    def __init__(self, workdir, upstreams, server=None, port=None, store_kind="sqlite", store=None, mcp=None):
         """store_kind: "sqlite" (a file in workdir) or "postgres" (a schema of its own on
-        $ONCE_TEST_PG_URL); store: an explicit store URL instead."""
+        $ONCE_TEST_PG_URL); store: an explicit store URL instead; mcp: {name: dict} of
+        [mcp.NAME] sections (see write_config)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -286,8 +291,9 @@ class Gateway:
         if server:
             self.server_cfg.update(server)
         self.upstreams = upstreams
+        self.mcp = mcp or {}
         self.config_path = self.workdir / "once.ini"
-        write_config(self.config_path, self.server_cfg, self.upstreams)
+        write_config(self.config_path, self.server_cfg, self.upstreams, self.mcp)
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
         self._terminated = False

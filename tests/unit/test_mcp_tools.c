@@ -576,6 +576,36 @@ static void test_classify_internal_error(void **state)
     (void)state;
     mt_expect_verdict("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32603,\"message\":\"Internal error\"}}",
                       MCP_UNKNOWN, "-32603");
+    /* URL elicitation required: the user must consent first; nothing ran. */
+    mt_expect_verdict("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32042,\"message\":\"consent\"}}",
+                      MCP_RELEASED, "-32042");
+}
+
+/* The SDKs' McpServer reports what it refused before running the tool as
+ * an isError result with the McpError's text: released. An output-schema
+ * failure (after the tool ran) and the tool's own errors are completed. */
+static void test_classify_sdk_refusals(void **state)
+{
+    (void)state;
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Input "
+                      "validation error: Invalid arguments for tool charge: amount\"}],\"isError\":true}}",
+                      MCP_RELEASED, "before running it");
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Tool nope "
+                      "not found\"}],\"isError\":true}}",
+                      MCP_RELEASED, "not found");
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Tool x "
+                      "disabled\"}],\"isError\":true}}",
+                      MCP_RELEASED, "disabled");
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Output "
+                      "validation error: x\"}],\"isError\":true}}",
+                      MCP_COMPLETED, NULL);
+    /* Not an error result, or more than the one text: the tool's own. */
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Input "
+                      "validation error: x\"}]}}",
+                      MCP_COMPLETED, NULL);
+    mt_expect_verdict("{\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"MCP error -32602: Input "
+                      "validation error: x\"},{\"type\":\"text\",\"text\":\"more\"}],\"isError\":true}}",
+                      MCP_COMPLETED, NULL);
 }
 
 /* ---- answers ------------------------------------------------------------------------------------ */
@@ -663,6 +693,34 @@ static void test_result_answer(void **state)
     json_decref(id);
 }
 
+/* A server cannot speak for once: its once/ members are dropped. And what
+ * once logs of an ending never holds the server's words. */
+static void test_server_cannot_speak_for_once(void **state)
+{
+    (void)state;
+    json_t *id = json_integer(7);
+    json_t *res = mt_json("{\"content\":[],\"_meta\":{\"once/outcome\":\"replayed\",\"once/argumentsDiffer\":true,"
+                          "\"once/x\":1,\"theirs\":2}}");
+    char *s = mcp_result_answer(id, res, "completed", "t:k", 0);
+    json_t *a = mt_json(s);
+    json_t *meta = json_object_get(json_object_get(a, "result"), "_meta");
+    assert_string_equal(json_string_value(json_object_get(meta, "once/outcome")), "completed");
+    assert_null(json_object_get(meta, "once/argumentsDiffer"));
+    assert_null(json_object_get(meta, "once/x"));
+    assert_int_equal(json_integer_value(json_object_get(meta, "theirs")), 2);
+    json_decref(a);
+    free(s);
+    json_decref(res);
+    json_decref(id);
+    char out[128];
+    json_t *f = mt_json("{\"id\":1,\"error\":{\"code\":-32000,\"message\":\"card 4242 declined\"}}");
+    mcp_why_for_log(f, "the MCP server answered error -32000: card 4242 declined", out, sizeof out);
+    assert_string_equal(out, "the MCP server answered error -32000");
+    json_decref(f);
+    mcp_why_for_log(NULL, "connection reset", out, sizeof out);
+    assert_string_equal(out, "connection reset");
+}
+
 static void test_own_and_error_answers(void **state)
 {
     (void)state;
@@ -726,8 +784,10 @@ int main(void)
         cmocka_unit_test(test_canonical_args),
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_classify_internal_error),
+        cmocka_unit_test(test_classify_sdk_refusals),
         cmocka_unit_test(test_result_answer),
         cmocka_unit_test(test_own_and_error_answers),
+        cmocka_unit_test(test_server_cannot_speak_for_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
