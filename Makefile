@@ -60,6 +60,8 @@ bench: build
 	@bash bench/hooks.sh $(BUILD)
 	@bash bench/pg.sh $(BUILD)
 	@/usr/bin/python3 bench/stream.py $(BUILD)
+	@cd tests/clients && npm ci --no-audit --no-fund >/dev/null
+	@bash bench/mcp.sh $(BUILD)
 
 # once beside the idempotency middlewares users would pick instead (bench/peers,
 # installed from the npm lockfile), nginx and once on PostgreSQL, in one run:
