@@ -8,11 +8,13 @@
 
 /* Sleeps, under l->mu, as the last round asked, unless something is
  * already waiting for a round: a kick, a post, or a phase the round has not
- * seen yet. */
+ * seen yet. A lazy post made while the round ran did not signal (the loop
+ * was not idle then): without the head check, a round that then went idle
+ * would sleep on it for ever. */
 static void looper_wait(looper *l, looper_phase seen, int64_t wait_ms)
 {
     l->idle = wait_ms == LOOPER_IDLE;
-    if (l->kicked || l->phase != seen || wait_ms == 0)
+    if (l->kicked || l->head || l->phase != seen || wait_ms == 0)
         return;
     if (l->idle)
         pthread_cond_wait(&l->cv, &l->mu);

@@ -228,21 +228,9 @@ static void on_pass_done(out_call *c)
     }
     req *r = p->r;
     r->upstream_ms = c->seconds * 1e3;
-    switch (c->kind) {
-    case OUT_ANSWERED:
-        if (p->learn && c->status == 200)
-            pass_learn(p);
-        req_reply(r, (unsigned)c->status,
-                  relay_response((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
-        break;
-    case OUT_NOT_SENT:
-        req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s", c->error);
-        break;
-    case OUT_TOO_LARGE:
-        req_problem(r, 502, "response_too_large", "Response too large", NULL, "%s", c->error);
-        break;
-    default: req_problem(r, 504, "upstream_failed", "Upstream failed", NULL, "%s", c->error); break;
-    }
+    if (p->learn && c->kind == OUT_ANSWERED && c->status == 200)
+        pass_learn(p);
+    relay_answer(r, c);
 }
 
 static void pass_url(req *r, mcp_rt *rt, json_t *msg)

@@ -272,7 +272,12 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     const char *name = mc->up->name;
     if (rc == ONCE_OK)
         FAULT_POINT("after_record");
-    if (rc < 0 && (mc->verdict != MCP_RELEASED || mc->sent)) {
+    if (rc < 0 && mc->verdict == MCP_RELEASED && !mc->sent && !mc->stream) {
+        req_problem(mc->r, 503, "store_unavailable", "Store unavailable", NULL,
+                    "nothing was sent to the MCP server, but the release could not be recorded: %s", detail);
+        return;
+    }
+    if (rc < 0) {
         /* Called, and the ledger did not take the outcome: the row stays
          * pending, expires and is held. Never pretend. */
         metrics_action(m, name, MO_UNKNOWN);

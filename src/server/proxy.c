@@ -690,19 +690,7 @@ static void on_pass_done(out_call *c)
     }
     req *r = px->r;
     r->upstream_ms = c->seconds * 1e3;
-    switch (c->kind) {
-    case OUT_ANSWERED:
-        req_reply(r, (unsigned)c->status,
-                  relay_response((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
-        break;
-    case OUT_NOT_SENT:
-        req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s", c->error);
-        break;
-    case OUT_TOO_LARGE:
-        req_problem(r, 502, "response_too_large", "Response too large", NULL, "%s", c->error);
-        break;
-    default: req_problem(r, 504, "upstream_failed", "Upstream failed", NULL, "%s", c->error); break;
-    }
+    relay_answer(r, c);
 }
 
 /* ---- entry ---------------------------------------------------------------- */

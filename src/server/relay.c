@@ -74,3 +74,20 @@ struct MHD_Response *relay_response(const char *headers_json, const uint8_t *bod
         relay_add_headers(resp, headers_json);
     return resp;
 }
+
+void relay_answer(req *r, const out_call *c)
+{
+    switch (c->kind) {
+    case OUT_ANSWERED:
+        req_reply(r, (unsigned)c->status,
+                  relay_response((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
+        break;
+    case OUT_NOT_SENT:
+        req_problem(r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s", c->error);
+        break;
+    case OUT_TOO_LARGE:
+        req_problem(r, 502, "response_too_large", "Response too large", NULL, "%s", c->error);
+        break;
+    default: req_problem(r, 504, "upstream_failed", "Upstream failed", NULL, "%s", c->error); break;
+    }
+}

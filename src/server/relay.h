@@ -32,4 +32,8 @@ void relay_add_headers(struct MHD_Response *resp, const char *headers_json);
 /* A response from such headers and a body; NULL when out of memory. */
 struct MHD_Response *relay_response(const char *headers_json, const uint8_t *body, size_t len);
 
+/* Answers r with how an unrecorded call c ended: the upstream's answer as
+ * it came, or 502/504 saying what went wrong. Any thread. */
+void relay_answer(req *r, const out_call *c);
+
 #endif
