@@ -62,6 +62,11 @@ def reserve(gw, token=AGENT, scope=None):
     return scope, key, r.json()["token"]
 
 
+# Still waiting for a person: the gateway's loop holds an unknown action without a lookup
+# within one loop_interval (1 s), so a check made later on a busy machine finds it held.
+UNSETTLED = ("unknown", "held")
+
+
 def unknown_action(gw):
     """An action made unknown by its agent (so it may be resolved): (scope, key)."""
     scope, key, tok = reserve(gw)
@@ -171,7 +176,7 @@ def test_agent_cannot_resolve_and_nothing_changes(gw):
                 headers=sh.bearer(AGENT))
     assert_problem(r, 403, "forbidden")
     rec = gw.action(scope, key, headers=sh.bearer(OPERATOR)).json()
-    assert rec["state"] == "unknown" and rec["provider_id"] is None, rec
+    assert rec["state"] in UNSETTLED and rec["provider_id"] is None, rec
 
 
 @pytest.mark.parametrize("auth", [None, f"Bearer {STRANGER}", f"Bearer {AGENT} operator", "Bearer operator",
@@ -183,7 +188,7 @@ def test_resolve_without_an_operator_token_is_401(gw, auth):
     h = {"Authorization": auth} if auth else {}
     r = gw.post(f"/v1/actions/{scope}/{key}/resolve", json={"outcome": "released"}, headers=h)
     assert_problem(r, 401, "unauthorized")
-    assert gw.action(scope, key, headers=sh.bearer(OPERATOR)).json()["state"] == "unknown"
+    assert gw.action(scope, key, headers=sh.bearer(OPERATOR)).json()["state"] in UNSETTLED
 
 
 @pytest.mark.parametrize("role", ["none", "stranger"])
