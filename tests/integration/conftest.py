@@ -232,3 +232,7 @@ class LedgerTool:
 @pytest.fixture
 def ledger(ledger_tool_bin, store):
     return LedgerTool(ledger_tool_bin, store)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "protocol_only: an MCP protocol test, run on SQLite only (test_mcp.py)")

@@ -89,6 +89,19 @@ def env(tmp_path_factory, store_kind):
             up.stop()
 
 
+# Tests of the protocol alone (what passes through, which key is chosen, what is relayed): the
+# store plays no part beyond what the ledger tests show on both, so they run on SQLite only and
+# keep `make test` within CI's 30 minutes. The ledger's part (duplicates, waits, unknown, held,
+# approvals, the chaos test) runs on both stores.
+protocol_only = pytest.mark.protocol_only
+
+
+@pytest.fixture(autouse=True)
+def protocol_on_sqlite(request, store_kind):
+    if store_kind != "sqlite" and request.node.get_closest_marker("protocol_only"):
+        pytest.skip("a protocol test: the store plays no part (run on SQLite)")
+
+
 @pytest.fixture(autouse=True)
 def alive(env):
     yield
@@ -196,6 +209,7 @@ def test_identical_calls_from_two_sessions_are_one_effect(env):
     assert wait_state(env, "shop", key, ("completed",))["state"] == "completed"
 
 
+@protocol_only
 def test_different_arguments_are_two_effects_and_member_order_does_not_matter(env):
     """amount 1 and amount 2: two keys, two effects. The same arguments with their members in
     another order are the same canonical JSON: replayed."""
@@ -237,6 +251,7 @@ def test_meta_idempotency_key_decides(env):
     assert settle(env.sse, oid2, 2) == 2, env.sse.effects(oid2)
 
 
+@protocol_only
 def test_idempotency_key_header_decides(env):
     """Without _meta.idempotencyKey, the HTTP Idempotency-Key header of the tools/call POST is
     the key: two sessions, other amounts, one header value -> one effect."""
@@ -250,6 +265,7 @@ def test_idempotency_key_header_decides(env):
     assert settle(env.sse, oid, 1) == 1, env.sse.effects(oid)
 
 
+@protocol_only
 def test_key_template(env):
     """key.charge = {json:/arguments/order_id}: another amount for the same order is the same
     key (charge:ORDER) -> one effect; another order is another effect."""
@@ -267,6 +283,7 @@ def test_key_template(env):
     assert env.sse.count(order_id=other) == 1
 
 
+@protocol_only
 def test_read_only_tools_pass_through_unrecorded(env):
     """lookup (annotations.readOnlyHint: true in the upstream's tools/list) and charge under
     `readonly = charge`: every call reaches the upstream, the result has no once/ _meta, and
@@ -534,6 +551,7 @@ def test_denied_call_is_never_sent(env):
     assert env.sse.count(order_id=oid) == 0
 
 
+@protocol_only
 def test_approve_destructive_follows_the_annotations(env):
     """approve = destructive: every tool whose annotations do not say destructiveHint: false or
     readOnlyHint: true waits — refund (destructiveHint: true) and charge (no destructiveHint: the
@@ -556,6 +574,7 @@ def test_approve_destructive_follows_the_annotations(env):
 
 # =========================================================================== streaming, JSON, stdio
 
+@protocol_only
 def test_progress_is_relayed_before_the_result_and_the_replay_is_the_same(env):
     """slow with 8 steps ~100 ms apart, asked with a progressToken (the SSE upstream): the 8
     progress notifications reach the agent as they happen (the first long before the result),
@@ -582,6 +601,7 @@ def test_progress_is_relayed_before_the_result_and_the_replay_is_the_same(env):
     assert settle(env.sse, oid, 1) == 1
 
 
+@protocol_only
 def test_json_upstream(env):
     """An upstream that answers application/json (enableJsonResponse): identical calls from two
     sessions -> one effect and the same result replayed."""
@@ -621,6 +641,7 @@ def test_stdio_upstream_dedupes_across_sessions(env):
         assert env.local.count(order_id=f"{base}-{i}") == 1, env.local.effects()
 
 
+@protocol_only
 def test_stdio_progress_is_relayed(env):
     """Progress notifications of a stdio upstream reach the agent too (server notifications
     pass through in both directions), then the recorded result."""
@@ -633,6 +654,7 @@ def test_stdio_progress_is_relayed(env):
 
 # =========================================================================== the pass-through
 
+@protocol_only
 def test_session_lifecycle_passes_through(env):
     """initialize (the upstream's serverInfo and protocol version), tools/list (annotations
     intact), the GET stream and DELETE reach the upstream with the upstream's Mcp-Session-Id,
@@ -653,6 +675,7 @@ def test_session_lifecycle_passes_through(env):
     assert {"POST", "GET", "DELETE"} <= methods, f"the upstream saw {sorted(methods)} of session {conn['session']}"
 
 
+@protocol_only
 def test_tools_list_changed_reaches_the_agent_and_refreshes_readonly(env):
     """add_tool registers a read-only tool at the upstream, which sends
     notifications/tools/list_changed (on the session's GET stream, through once). once refreshes
@@ -677,6 +700,7 @@ def test_tools_list_changed_reaches_the_agent_and_refreshes_readonly(env):
     assert len(env.sse.calls(order_id=oid, tool=name)) == 2
 
 
+@protocol_only
 def test_auth_tokens_and_injected_header(env):
     """With a tokens_file: no token or a wrong one -> 401 problem+json (the SDK client cannot
     connect); the agent token works. The upstream never sees the agent's Authorization, and
@@ -709,6 +733,7 @@ def test_auth_tokens_and_injected_header(env):
         assert AGENT not in json.dumps(r) and OPERATOR not in json.dumps(r), f"a token reached the upstream: {r}"
 
 
+@protocol_only
 def test_jsonrpc_batch_is_refused(env):
     batch = [{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
               "params": {"name": "charge", "arguments": charge_args(order())}},
