@@ -608,13 +608,15 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     mc->holders = 1;
     mc->msg = msg;
     mc->id = json_object_get(msg, "id");
-    mc->tool = tool ? tool : "";
+    /* The tool names a metrics series and log lines: only a name once can
+     * key, whatever else is wrong with the call. */
+    int tool_ok = tool && config_mcp_tool_ok(tool, strlen(tool));
+    mc->tool = tool_ok ? tool : "_invalid";
     if (!json_is_object(params) || !tool || (args && !json_is_object(args))) {
         answer_error(mc, -32602, "tools/call needs params.name (a string) and params.arguments (an object)");
         return;
     }
-    if (!config_mcp_tool_ok(tool, strlen(tool))) {
-        mc->tool = "_invalid";
+    if (!tool_ok) {
         answer_error(mc, -32602, "once records tools named with 1-128 of A-Z a-z 0-9 _ - . / only; nothing was "
                      "done");
         return;

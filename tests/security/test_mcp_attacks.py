@@ -918,6 +918,23 @@ def test_tool_name_refused_on_every_kind_of_server(env, server, label):
     quiet.assert_nothing(f"tool name {label} on {server}")
 
 
+def test_tool_name_cannot_forge_metrics(env):
+    """Attack: a tools/call whose params are refused for another reason (arguments not an
+    object) but whose tool name carries a quote and a newline, hoping once counts it under a
+    metrics label as written and so writes a line of the attacker's into /metrics (which
+    operators alert on). Answer: a JSON-RPC error, nothing reaches the server, and /metrics
+    holds no line of the attacker's."""
+    rpc = Rpc(env, "shop").initialize(list_tools=False)
+    quiet = Quiet(env)
+    forged = 'charge"} 1\nonce_forged_total{x="y'
+    r, m = rpc.request("tools/call", {"name": forged, "arguments": ["not", "an", "object"]})
+    assert "error" in m and "result" not in m, describe(r)
+    quiet.assert_nothing("a refused call with a forged tool name")
+    metrics = requests.get(f"{env.g.url}/metrics", headers=sh.bearer(METRICS), timeout=HTTP_S)
+    assert metrics.status_code == 200, describe(metrics)
+    assert "once_forged_total" not in metrics.text and 'charge"}' not in metrics.text, metrics.text[-2000:]
+
+
 BAD_KEYS = {
     "300 chars": "k" * 300,
     "newline": "k\nX-Injected: 1",
