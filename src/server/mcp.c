@@ -366,8 +366,8 @@ static void pass_stdio(req *r, mcp_rt *rt, json_t *msg)
     if (!method || !id) {
         /* Notifications and the agent's answers: the server has one client,
          * once, which already said initialized and cannot route answers to
-         * requests the server never sent this agent. Cancellations are not
-         * relayed: a call goes on when its caller leaves. */
+         * requests the server never sent this agent. (Cancellations never
+         * get here: mcp_post drops them for every server.) */
         if (method && strcmp(method, "notifications/initialized") != 0)
             mcp_stdio_notify(rt->stdio, msg);
         req_reply(r, 202, resp_bytes("", 0, NULL));

@@ -394,7 +394,7 @@ static void url_classify(mcall *mc)
         mc->verdict = c->kind == OUT_NOT_SENT ? MCP_RELEASED : MCP_UNKNOWN;
         return;
     }
-    if (c->status >= 400 && c->status != 500 && c->status != 502 && c->status != 504) {
+    if (mcp_http_refused(c->status)) {
         /* Refused before the tool ran (a bad or expired session, auth,
          * overload): passed on as it came, so the agent's client can act. */
         snprintf(mc->why, sizeof mc->why, "the MCP server answered HTTP %ld", c->status);

@@ -70,7 +70,8 @@ static void on_http_done(out_call *c)
 
 typedef struct session {
     mcp_rt *rt;
-    char id[SESSION_ID_MAX + 1]; /* Mcp-Session-Id, "" before initialize's answer */
+    char id[SESSION_ID_MAX + 1]; /* Mcp-Session-Id, "" before initialize's answer (or for a stateless server) */
+    int initialized;             /* every request after initialize names the protocol version */
 } session;
 
 /* One request of the session (body NULL: a DELETE), waited for. c is the
@@ -84,8 +85,8 @@ static int session_send(session *s, const char *body, out_call *c)
     snprintf(sid, sizeof sid, "Mcp-Session-Id: %s", s->id);
     int bad = out_headers_add(&h, "Content-Type: application/json", NULL) < 0 ||
               out_headers_add(&h, "Accept: application/json, text/event-stream", NULL) < 0 ||
-              (s->id[0] && (out_headers_add(&h, sid, NULL) < 0 ||
-                            out_headers_add(&h, "MCP-Protocol-Version: " SESSION_PROTOCOL, NULL) < 0)) ||
+              (s->id[0] && out_headers_add(&h, sid, NULL) < 0) ||
+              (s->initialized && out_headers_add(&h, "MCP-Protocol-Version: " SESSION_PROTOCOL, NULL) < 0) ||
               relay_injected_headers(up, &h) < 0;
     waited w;
     waited_init(&w);
@@ -179,6 +180,7 @@ static int url_call(mcp_rt *rt, const char *call_body, json_t **final, int *sent
     }
     json_decref(ok);
     session_take_id(&s, &c);
+    s.initialized = 1;
     out_call_clear(&c);
     memset(&c, 0, sizeof c);
     session_send(&s, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", &c);
@@ -186,8 +188,7 @@ static int url_call(mcp_rt *rt, const char *call_body, json_t **final, int *sent
     memset(&c, 0, sizeof c);
     rc = session_send(&s, call_body, &c);
     *sent = rc == 0 && c.kind != OUT_NOT_SENT;
-    if (rc == 0 && c.kind == OUT_ANSWERED && c.status >= 400 && c.status != 500 && c.status != 502 &&
-        c.status != 504)
+    if (rc == 0 && c.kind == OUT_ANSWERED && mcp_http_refused(c.status))
         *sent = 0; /* refused as a request: the tool did not run */
     *final = rc == 0 && c.kind == OUT_ANSWERED && c.status == 200 ? answer_message(&c, 2) : NULL;
     if (!*final)

@@ -34,6 +34,7 @@
 #define INIT_TIMEOUT_MS 30000
 #define LINE_MAX_BYTES (64u << 20) /* a longer message is refused, and the server restarted */
 #define PROTOCOL_VERSION "2025-06-18"
+#define WRITE_WAIT_MS 5000 /* a server that reads nothing for this long is broken */
 
 extern char **environ;
 
@@ -70,17 +71,42 @@ struct mcp_stdio {
     buf out_line, err_line;
     int64_t restart_at;
     int64_t backoff_ms;
+    const char *broken;  /* why the server must be restarted (it refused initialize, or stopped
+                            reading mid-message), under mu; the bridge acts on it */
 };
 
 /* ---- writing ---------------------------------------------------------------------- */
 
-/* Writes msg and a newline. 1 all written, 0 nothing written, -1 part. */
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+
+/* Asks the bridge to restart the server (lock order: wmu, then mu). */
+static void bridge_restart(mcp_stdio *s, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    s->broken = why;
+    pthread_mutex_unlock(&s->mu);
+    ssize_t w = write(s->wake[1], "x", 1);
+    (void)w;
+}
+
+/* Writes msg and a newline, waiting at most WRITE_WAIT_MS for a server
+ * that does not read its stdin (the pipe is non-blocking: no thread, the
+ * bridge least of all, may hang on it). 1 all written, 0 nothing written,
+ * -1 part: the stream is then broken mid-message, so stdin is closed and
+ * the server, at its end of input, exits and is restarted. */
 static int write_msg(mcp_stdio *s, const json_t *msg)
 {
     char *text = json_dumps(msg, JSON_COMPACT);
     if (!text)
         return 0;
     size_t len = strlen(text), off = 0;
+    int64_t deadline = clock_mono_ms() + WRITE_WAIT_MS;
     pthread_mutex_lock(&s->wmu);
     int fd = s->in_fd;
     while (fd >= 0 && off <= len) {
@@ -89,23 +115,28 @@ static int write_msg(mcp_stdio *s, const json_t *msg)
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int64_t left = deadline - clock_mono_ms();
+            if (left <= 0)
+                break;
+            struct pollfd pf = {fd, POLLOUT, 0};
+            poll(&pf, 1, left > 1000 ? 1000 : (int)left);
+            continue;
+        }
         if (w <= 0)
             break;
         off += (size_t)w;
     }
+    if (off > 0 && off <= len)
+        close_fd(&s->in_fd);
     pthread_mutex_unlock(&s->wmu);
+    if (off > 0 && off <= len)
+        bridge_restart(s, "stopped reading its input mid-message");
     free(text);
     return off > len ? 1 : off == 0 ? 0 : -1;
 }
 
 /* ---- the process ------------------------------------------------------------------- */
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
 
 static int spawn(mcp_stdio *s)
 {
@@ -132,6 +163,7 @@ static int spawn(mcp_stdio *s)
     s->pid = pid;
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->wmu);
+    fcntl(in[1], F_SETFL, O_NONBLOCK);
     s->in_fd = in[1];
     pthread_mutex_unlock(&s->wmu);
     in[1] = -1;
@@ -191,12 +223,17 @@ static void child_ended(mcp_stdio *s, const char *cause)
 {
     pthread_mutex_lock(&s->mu);
     pid_t pid = s->pid;
+    int stopping = s->stopping;
     s->pid = 0;
     s->ready = 0;
     s->init_id = 0;
     json_decref(s->init_result);
     s->init_result = NULL;
     pthread_mutex_unlock(&s->mu);
+    /* Asked to go before the write lock is taken: a writer waiting on its
+     * stdin then fails at once. */
+    if (pid > 0)
+        kill(pid, SIGTERM);
     pthread_mutex_lock(&s->wmu);
     close_fd(&s->in_fd);
     pthread_mutex_unlock(&s->wmu);
@@ -205,7 +242,6 @@ static void child_ended(mcp_stdio *s, const char *cause)
     s->out_line.len = s->err_line.len = 0;
     int status = 0;
     if (pid > 0) {
-        kill(pid, SIGTERM);
         for (int i = 0; i < 40 && waitpid(pid, &status, WNOHANG) == 0; i++)
             usleep(50000);
         if (waitpid(pid, &status, WNOHANG) == 0) {
@@ -220,7 +256,7 @@ static void child_ended(mcp_stdio *s, const char *cause)
         snprintf(why, sizeof why, "the stdio MCP server %s (signal %d)", cause,
                  WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     fail_pending(s, why);
-    if (!s->stopping)
+    if (!stopping)
         log_event("warn", "mcp %s: %s; restarting in %lld ms", s->up->name, why, (long long)s->backoff_ms);
     s->restart_at = clock_mono_ms() + s->backoff_ms;
     s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
@@ -258,6 +294,7 @@ static void on_response(mcp_stdio *s, json_t *msg)
     if (init) {
         if (!ready) {
             log_event("error", "mcp %s: the server refused initialize", s->up->name);
+            bridge_restart(s, "refused initialize"); /* with back-off */
             return;
         }
         json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
@@ -435,6 +472,12 @@ static void *bridge_main(void *arg)
             close_fd(&s->err_fd);
         if (s->out_fd >= 0 && fds[1].revents && read_lines(s, s->out_fd, &s->out_line, 0) < 0)
             child_ended(s, "exited");
+        pthread_mutex_lock(&s->mu);
+        const char *broken = s->broken;
+        s->broken = NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (broken && s->out_fd >= 0)
+            child_ended(s, broken);
     }
     if (s->out_fd >= 0 || s->pid > 0)
         child_ended(s, "was stopped");
@@ -522,14 +565,22 @@ int mcp_stdio_call(mcp_stdio *s, const json_t *msg, int64_t timeout_ms, mcp_stdi
     p->done = done;
     p->note = note;
     p->ctx = ctx;
-    json_object_set_new(wire, "id", json_integer(p->id));
     json_t *meta = json_object_get(json_object_get(wire, "params"), "_meta");
     json_t *tok = json_object_get(meta, "progressToken");
-    if (tok) {
-        char mine[32];
-        snprintf(mine, sizeof mine, "once-%lld", (long long)p->id);
-        p->orig_token = json_incref(tok);
-        json_object_set_new(meta, "progressToken", json_string(mine));
+    char token[32];
+    snprintf(token, sizeof token, "once-%lld", (long long)p->id);
+    p->orig_token = json_incref(tok);
+    /* Sent under the caller's id or token, an answer would never find its
+     * call: out of memory here is nothing sent. */
+    if (json_object_set_new(wire, "id", json_integer(p->id)) < 0 ||
+        (tok && json_object_set_new(meta, "progressToken", json_string(token)) < 0)) {
+        pthread_mutex_unlock(&s->mu);
+        json_decref(wire);
+        json_decref(p->orig_id);
+        json_decref(p->orig_token);
+        free(p);
+        snprintf(why, whylen, "out of memory");
+        return -1;
     }
     p->next = s->pending;
     s->pending = p;

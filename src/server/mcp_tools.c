@@ -331,3 +331,12 @@ void mcp_why_for_log(const json_t *final, const char *why, char *out, size_t cap
     else
         snprintf(out, cap, "%s", why);
 }
+
+int mcp_http_refused(long status)
+{
+    static const long refused[] = {400, 401, 403, 404, 405, 406, 413, 415, 429};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (status == refused[i])
+            return 1;
+    return 0;
+}

@@ -66,6 +66,13 @@ typedef enum mcp_verdict {
  * with the reason kept for a release or an unknown in why. */
 mcp_verdict mcp_classify(const json_t *final, char *why, size_t cap);
 
+/* Is an HTTP status from an MCP server a refusal of the request before
+ * anything ran (400, 401, 403, 404, 405, 406, 413, 415, 429)? Only those
+ * release a tool call; any other status, even from a proxy in front of the
+ * server (503 "upstream reset", 520, 524, 408), may follow a call that ran,
+ * and makes it unknown. */
+int mcp_http_refused(long status);
+
 /* What a log line may say of an ending that why describes: the server's
  * own words (an error message may echo the arguments) are left out, only
  * its error code said. */

@@ -721,6 +721,19 @@ static void test_server_cannot_speak_for_once(void **state)
     assert_string_equal(out, "connection reset");
 }
 
+/* Only a refusal of the request itself releases a call; a status a proxy
+ * may give after the server got it (503, 502, 520, 524, 408) is unknown. */
+static void test_http_refusals(void **state)
+{
+    (void)state;
+    static const long refused[] = {400, 401, 403, 404, 405, 406, 413, 415, 429};
+    static const long maybe_ran[] = {200, 202, 408, 409, 422, 499, 500, 502, 503, 504, 520, 524};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_true(mcp_http_refused(refused[i]));
+    for (size_t i = 0; i < sizeof maybe_ran / sizeof maybe_ran[0]; i++)
+        assert_false(mcp_http_refused(maybe_ran[i]));
+}
+
 static void test_own_and_error_answers(void **state)
 {
     (void)state;
@@ -787,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_classify_sdk_refusals),
         cmocka_unit_test(test_result_answer),
         cmocka_unit_test(test_own_and_error_answers),
+        cmocka_unit_test(test_http_refusals),
         cmocka_unit_test(test_server_cannot_speak_for_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
