@@ -291,6 +291,7 @@ static void reply_rpc(req *r, unsigned status, char *text, const char *session)
 typedef struct spass {
     req *r;
     mcp_rt *rt;
+    json_t *msg;
     json_t *id;
     int learn;
     int first_page;
@@ -299,8 +300,10 @@ typedef struct spass {
 static void spass_free(void *arg)
 {
     spass *p = arg;
-    if (p)
+    if (p) {
+        json_decref(p->msg);
         json_decref(p->id);
+    }
     free(p);
 }
 
@@ -318,6 +321,15 @@ static void on_stdio_answer(void *ctx, json_t *msg, int sent, const char *why)
     char *text = json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
     reply_rpc(r, 200, text, NULL);
+}
+
+/* On a worker: the write may wait on the server's pipe (up to a bound). */
+static void stdio_send(void *arg)
+{
+    spass *p = arg;
+    char why[160];
+    if (mcp_stdio_call(p->rt->stdio, p->msg, p->rt->up->timeout_ms, on_stdio_answer, NULL, p, why, sizeof why) < 0)
+        req_problem(p->r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was sent", why);
 }
 
 /* An initialize is answered by once with the server's own answer to once's
@@ -383,9 +395,9 @@ static void pass_stdio(req *r, mcp_rt *rt, json_t *msg)
         p->learn = 1;
         p->first_page = !json_object_get(json_object_get(msg, "params"), "cursor");
     }
-    char why[160];
-    if (mcp_stdio_call(rt->stdio, msg, rt->up->timeout_ms, on_stdio_answer, NULL, p, why, sizeof why) < 0)
-        req_problem(r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was sent", why);
+    p->msg = json_incref(msg);
+    if (worker_run(r->srv->worker, stdio_send, p) < 0)
+        req_not_started(r, "the worker queue refused it");
 }
 
 void mcp_pass(req *r, mcp_rt *rt, json_t *msg)

@@ -477,8 +477,11 @@ static void on_stdio_done(void *ctx, json_t *msg, int sent, const char *why)
     record(mc);
 }
 
-static void forward_stdio(mcall *mc)
+/* On a worker: writing to a stdio server may wait on its pipe (up to a
+ * bound), which neither the store's writer nor an HTTP thread may. */
+static void forward_stdio(void *arg)
 {
+    mcall *mc = arg;
     if (mcp_stdio_call(mc->rt->stdio, mc->msg, mc->up->timeout_ms, on_stdio_done, on_stdio_note, mc, mc->why,
                        sizeof mc->why) < 0) {
         mc->verdict = MCP_RELEASED;
@@ -520,10 +523,14 @@ static void on_reserved(void *ctx, int rc, const char *detail)
     FAULT_POINT("after_reserve");
     metrics_action(mc->srv->metrics, mc->up->name, MO_NEW);
     mc->hold = leases_hold(mc->srv->leases, mc->up->name, mc->key, mc->res.token, mc->up->lease_ms);
-    if (mc->rt->stdio)
-        forward_stdio(mc);
-    else
+    if (!mc->rt->stdio) {
         forward_url(mc);
+    } else if (worker_run(mc->srv->worker, forward_stdio, mc) < 0) {
+        snprintf(mc->why, sizeof mc->why, "the gateway is stopping");
+        mc->verdict = MCP_RELEASED;
+        mc->sent = 0;
+        record(mc);
+    }
 }
 
 static void reserve_start(mcall *mc)

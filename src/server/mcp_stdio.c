@@ -44,6 +44,8 @@ typedef struct pending {
     json_t *orig_id;      /* the caller's */
     json_t *orig_token;   /* the caller's progress token, or NULL */
     int64_t deadline;     /* clock_mono_ms */
+    int writing;          /* its write has not ended: the timeout waits for it (a call never
+                             written must not end as "sent, no answer") */
     mcp_stdio_done_fn done;
     mcp_stdio_note_fn note;
     void *ctx;
@@ -85,11 +87,13 @@ static void close_fd(int *fd)
 }
 
 
-/* Asks the bridge to restart the server (lock order: wmu, then mu). */
+/* Asks the bridge to restart the server (lock order: wmu, then mu); no
+ * call is taken meanwhile. */
 static void bridge_restart(mcp_stdio *s, const char *why)
 {
     pthread_mutex_lock(&s->mu);
     s->broken = why;
+    s->ready = 0;
     pthread_mutex_unlock(&s->mu);
     ssize_t w = write(s->wake[1], "x", 1);
     (void)w;
@@ -411,7 +415,7 @@ static int64_t expire(mcp_stdio *s, int64_t now)
     pthread_mutex_lock(&s->mu);
     for (pending **pp = &s->pending; *pp;) {
         pending *p = *pp;
-        if (p->deadline <= now) {
+        if (p->deadline <= now && !p->writing) {
             *pp = p->next;
             p->next = late;
             late = p;
@@ -582,11 +586,17 @@ int mcp_stdio_call(mcp_stdio *s, const json_t *msg, int64_t timeout_ms, mcp_stdi
         snprintf(why, whylen, "out of memory");
         return -1;
     }
+    p->writing = 1;
     p->next = s->pending;
     s->pending = p;
     pthread_mutex_unlock(&s->mu);
     int w = write_msg(s, wire);
     json_decref(wire);
+    pthread_mutex_lock(&s->mu);
+    for (pending *q = s->pending; q; q = q->next)
+        if (q->id == id)
+            q->writing = 0; /* still listed: its answer or its timeout ends it */
+    pthread_mutex_unlock(&s->mu);
     pending *mine = w == 0 ? take_pending(s, id) : NULL;
     if (mine) {
         p = mine;
