@@ -13,16 +13,29 @@
  * upstream answered; the outcome is not recorded), after_record (the outcome
  * is durable; the caller has not heard), before_delivery (a webhook delivery
  * is about to be sent), during_delivery (the delivery was handed to the
- * upstream client).
+ * upstream client), before_sync (a batch committed; the syncer is about to
+ * fdatasync the WAL: nobody has heard).
+ *
+ * Two more switches for tests that must hold a moment open rather than
+ * end the process: FAULT_DELAY("name") sleeps for the milliseconds
+ * ONCE_FAULT_DELAY gives as "name:MS", and FAULT_FAILS("name") is true when
+ * ONCE_FAULT_FAIL names the point (the caller then fails as the real error
+ * would). Point: before_sync for both.
  */
 #ifndef ONCE_COMMON_FAULT_H
 #define ONCE_COMMON_FAULT_H
 
 #ifdef ONCE_FAULT_INJECTION
 void fault_point(const char *name);
+void fault_delay(const char *name);
+int fault_fails(const char *name);
 #define FAULT_POINT(name) fault_point(name)
+#define FAULT_DELAY(name) fault_delay(name)
+#define FAULT_FAILS(name) fault_fails(name)
 #else
 #define FAULT_POINT(name) ((void)0)
+#define FAULT_DELAY(name) ((void)0)
+#define FAULT_FAILS(name) 0
 #endif
 
 #endif

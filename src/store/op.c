@@ -21,15 +21,20 @@ void store_op_fail(store_op *op, int code, const char *fmt, ...)
 }
 
 /* Both stores undo a batch that did not commit (a rollback, a failed or
- * unknown commit): the outputs its operations wrote are freed here, so that
- * neither store can forget one. */
+ * unknown commit), and SQLite a read whose snapshot could not be made
+ * durable: the outputs the operations wrote are freed here, so that no
+ * store can forget one. */
 void store_op_void(store_op *op, int code, const char *fmt, ...)
 {
     switch (op->kind) {
     case OP_RESERVE:
     case OP_APPROVAL_CLAIM: once_reservation_free(op->res); break;
-    case OP_EV_CLAIM: once_event_list_free(op->ev_list); break;
-    case OP_RC_CLAIM: once_action_list_free(op->list); break;
+    case OP_EV_CLAIM:
+    case OP_EV_LIST: once_event_list_free(op->ev_list); break;
+    case OP_RC_CLAIM:
+    case OP_LIST: once_action_list_free(op->list); break;
+    case OP_GET: once_action_free(op->action); break;
+    case OP_EV_GET: once_event_free(op->event); break;
     case OP_EV_INSERT: *op->inserted = 0; break;
     default: break;
     }

@@ -9,11 +9,17 @@
  * reopens the schema and finds the row; reopen, two handles and the process
  * race run there too.
  *
+ * The SQLite store commits unsynced and a syncer fdatasyncs the WAL before
+ * anyone hears (fault-injection builds only, F entries): a read waits for
+ * that sync, and a failed fdatasync fails the operations it covered and,
+ * sticky, every later one.
+ *
  * fork() is only called while the parent has no store open (no libonce
  * threads), so the child starts from a single-threaded copy.
  */
 #include "helpers.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -354,6 +360,101 @@ static void test_process_race(void **state)
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup_file, th_teardown)
 #define CP(f) TH_PG_TEST(f, setup_closed_pg)
 
+
+#ifdef ONCE_FAULT_INJECTION
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct reserver {
+    once_store *st;
+    double done_at;
+    int rc;
+} reserver;
+
+static void *reserve_main(void *arg)
+{
+    reserver *r = arg;
+    once_reserve_req req = th_req(S, "slow", 60000);
+    once_reservation res;
+    memset(&res, 0, sizeof res);
+    r->rc = once_reserve(r->st, &req, &res);
+    r->done_at = mono_now();
+    once_reservation_free(&res);
+    return NULL;
+}
+
+/* A reservation committed but not yet fdatasynced is visible in the WAL to
+ * the pool's readers; a get that finds it must not answer before the sync
+ * (a replay served from it could be taken back by a power cut). The syncer
+ * sleeps 400 ms before each fdatasync; the get, started while the
+ * reservation waits for it, finds the row no earlier than the reserver
+ * hears. Without the wait it found it ~400 ms before. */
+static void test_read_waits_for_sync(void **state)
+{
+    th_env *e = *state;
+    setenv("ONCE_FAULT_DELAY", "before_sync:400", 1);
+    reserver r = {.st = e->st};
+    pthread_t t;
+    double t0 = mono_now();
+    assert_int_equal(pthread_create(&t, NULL, reserve_main, &r), 0);
+    double found_at = 0;
+    while (mono_now() - t0 < 5) {
+        once_action a;
+        memset(&a, 0, sizeof a);
+        int rc = once_get(e->st, S, "slow", &a);
+        once_action_free(&a);
+        if (rc == ONCE_OK) {
+            found_at = mono_now();
+            break;
+        }
+        assert_int_equal(rc, ONCE_ENOTFOUND);
+        struct timespec ms = {0, 5000000};
+        nanosleep(&ms, NULL);
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    unsetenv("ONCE_FAULT_DELAY");
+    th_assert_rc(r.rc, 0);
+    assert_true(found_at > 0);
+    /* the reserver heard after its sync; the get saw the row only then */
+    if (found_at < r.done_at - 0.1)
+        fail_msg("the get found the row %.0f ms before the reservation was durable", (r.done_at - found_at) * 1000);
+    assert_true(r.done_at - t0 >= 0.35);
+}
+
+/* An fdatasync that fails: the operations it covered fail (never reported
+ * done), and so does every later write and read until the store is
+ * reopened; after the reopen the row the failed commit wrote is whatever
+ * the disk kept, here pending, and is never handed out again. */
+static void test_sync_failure_is_sticky(void **state)
+{
+    th_env *e = *state;
+    setenv("ONCE_FAULT_FAIL", "before_sync", 1);
+    once_reserve_req req = th_req(S, "eio", 60000);
+    once_reservation r;
+    memset(&r, 0, sizeof r);
+    th_assert_rc(once_reserve(e->st, &req, &r), ONCE_ESTORE);
+    assert_non_null(strstr(once_errdetail(), "fdatasync"));
+    unsetenv("ONCE_FAULT_FAIL");
+    req.key = "after";
+    memset(&r, 0, sizeof r);
+    th_assert_rc(once_reserve(e->st, &req, &r), ONCE_ESTORE);
+    assert_non_null(strstr(once_errdetail(), "restart once"));
+    once_action a;
+    memset(&a, 0, sizeof a);
+    th_assert_rc(once_get(e->st, S, "eio", &a), ONCE_ESTORE);
+
+    th_env_reopen(e);
+    req.key = "eio";
+    th_reserve_expect(e->st, &req, ONCE_IN_FLIGHT, &r);
+    once_reservation_free(&r);
+    th_reserve_new(e->st, S, "after", NULL, 1);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +470,10 @@ int main(void)
         P(test_reopen_keeps_rows),
         P(test_two_handles),
         CP(test_process_race),
+#ifdef ONCE_FAULT_INJECTION
+        T(test_read_waits_for_sync),
+        T(test_sync_failure_is_sticky),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
