@@ -1,6 +1,6 @@
 /*
  * sqlite_store.c — the SQLite store: one writer thread doing group commit,
- * a syncer that makes each batch durable, a pool of read connections, and a
+ * the syncers that make each batch durable, a pool of read connections, and a
  * checkpointer.
  *
  * SQLite lets one writer commit at a time and each commit costs an fsync, so
@@ -8,8 +8,9 @@
  * operation and sleep; the writer runs everything queued in one transaction
  * and commits it. The fsync is not the writer's: it commits with
  * synchronous=NORMAL (in WAL mode: commits unsynced, checkpoints synced) and
- * hands the batch to the syncer, which fdatasyncs the WAL and only then wakes
- * the batch's callers, while the writer already runs the next batch. Reads
+ * hands the batch to the syncers (sqlite_sync.c), which fdatasync the WAL and
+ * only then wake the batch's callers, while the writer already runs the next
+ * batch. Reads
  * never queue: they run on a pooled connection in the caller's thread, and
  * wait, before they answer, until what they saw is durable too. An in-memory
  * store has a single connection, so there reads queue, and nothing syncs.
@@ -18,7 +19,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,20 +31,13 @@
 #include "common/fault.h"
 #include "store/sqlite_ops.h"
 #include "store/sqlite_schema.h"
+#include "store/sqlite_sync.h"
 #include "store/stores.h"
 
-#define BATCH_MAX 512
 #define POOL_MAX 64
 #define CHECKPOINT_PAGES 1000 /* about 4 MiB of WAL */
+#define CKPT_PACE_MS 500      /* between two checkpoints under load */
 #define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
-#define SYNC_DEPTH 4 /* batches committed and not yet durable, at most */
-
-/* A batch between the writer and the syncer. */
-typedef struct sq_batch {
-    bq_item *items[BATCH_MAX];
-    size_t n;
-    double t0; /* when its transaction began: the commit hook's duration runs to durable */
-} sq_batch;
 
 typedef struct sq_store {
     store_head head; /* first: the ledger sees a once_store, op.c the queue */
@@ -71,31 +64,14 @@ typedef struct sq_store {
     int64_t frame_bytes;    /* one WAL frame: the page size + its 24-byte header (set at open) */
     int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
     int trunc_wanted;       /* writer thread only: the WAL passed its bound, truncate after this commit */
+    _Atomic int restart_wanted; /* the checkpointer copied most of a long WAL: the writer finishes and restarts it */
 
-    /* Durability (a file store). Batch number k (from 1) sits in
-     * ring[(k - 1) % SYNC_DEPTH] from its take until the syncer finishes it;
-     * visible is the newest batch whose commit readers may already see,
-     * synced the newest known durable (every batch up to it is). */
-    sq_batch ring[SYNC_DEPTH];
-    pthread_mutex_t sync_mu;
-    pthread_cond_t sync_cv;  /* the syncer: a batch committed, or stop */
-    pthread_cond_t slot_cv;  /* the writer: a ring slot came free */
-    pthread_cond_t durable_cv; /* readers: synced moved */
-    uint64_t taken;          /* batches taken by the writer (its ring position; writer thread only) */
-    uint64_t committed;      /* batches handed to the syncer (under sync_mu) */
-    _Atomic uint64_t visible;
-    _Atomic uint64_t synced;
-    int sync_stop;
-    _Atomic int sync_failed; /* sticky: an fdatasync failed; nothing is acknowledged after it */
-    char sync_why[160];
-    int wal_fd;              /* the syncer's own descriptor of PATH-wal; -1 */
-    pthread_t sync_thread;
-    int sync_started;
+    sq_sync sync; /* a file store's durability pipeline */
 } sq_store;
 
 /* ---- group commit ------------------------------------------------------ */
 
-static void wal_truncate(sq_store *s);
+static void wal_checkpoint(sq_store *s, int mode);
 
 static int tx_exec(sqlite3 *db, const char *sql, int *sqlrc)
 {
@@ -156,7 +132,9 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
     }
     FAULT_POINT("after_commit");
     if (s->trunc_wanted)
-        wal_truncate(s);
+        wal_checkpoint(s, SQLITE_CHECKPOINT_TRUNCATE);
+    else if (atomic_exchange(&s->restart_wanted, 0))
+        wal_checkpoint(s, SQLITE_CHECKPOINT_PASSIVE);
 }
 
 /* The commit hook gets each batch's time from BEGIN to durable. */
@@ -167,138 +145,55 @@ static void batch_hook(sq_store *s, const sq_batch *b)
         hook(s->head.base.commit_hook_ctx, b->n, clock_mono_seconds() - b->t0);
 }
 
-/* The ring slot for the next batch, once the syncer has freed it: at most
- * SYNC_DEPTH batches wait for their fdatasync, so a stalled disk stops the
- * writer instead of piling up callers nobody can answer. */
-static sq_batch *writer_slot(sq_store *s)
+/* sq_finish_fn: a batch is durable, or cannot be: its callers hear. */
+static void batch_finish(void *ctx, sq_batch *b, int failed, const char *why)
 {
-    pthread_mutex_lock(&s->sync_mu);
-    while (s->taken - atomic_load(&s->synced) >= SYNC_DEPTH)
-        pthread_cond_wait(&s->slot_cv, &s->sync_mu);
-    pthread_mutex_unlock(&s->sync_mu);
-    return &s->ring[s->taken % SYNC_DEPTH];
+    sq_store *s = ctx;
+    if (failed)
+        batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", why);
+    else
+        batch_hook(s, b);
+    bq_finish(&s->head.queue, b->items, b->n);
+}
+
+/* In memory there is nothing to sync: each batch is finished at once. */
+static void writer_memory(sq_store *s)
+{
+    sq_batch b;
+    while ((b.n = bq_take(&s->head.queue, b.items, SQ_BATCH_MAX)) > 0) {
+        b.t0 = clock_mono_seconds();
+        batch_run(s, (store_op **)b.items, b.n);
+        batch_finish(s, &b, 0, "");
+    }
 }
 
 static void *writer_main(void *arg)
 {
     sq_store *s = arg;
+    if (s->memory) {
+        writer_memory(s);
+        return NULL;
+    }
     for (;;) {
-        sq_batch *b = writer_slot(s);
-        b->n = bq_take(&s->head.queue, b->items, BATCH_MAX);
+        sq_batch *b = sq_sync_slot(&s->sync);
+        b->n = bq_take(&s->head.queue, b->items, SQ_BATCH_MAX);
         if (b->n == 0)
             break;
         b->t0 = clock_mono_seconds();
-        s->taken++;
-        if (s->wal_fd < 0) { /* in memory: nothing to sync */
-            batch_run(s, (store_op **)b->items, b->n);
-            batch_hook(s, b);
-            bq_finish(&s->head.queue, b->items, b->n);
-            atomic_store(&s->synced, s->taken);
-            continue;
-        }
-        int failed = atomic_load(&s->sync_failed);
-        /* Readers may see this batch from inside its COMMIT on. */
-        atomic_store(&s->visible, s->taken);
-        if (failed)
-            batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", s->sync_why);
+        /* Readers may see the batch from inside its COMMIT on. */
+        if (sq_sync_begin(&s->sync))
+            batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", sq_sync_why(&s->sync));
         else
             batch_run(s, (store_op **)b->items, b->n);
-        pthread_mutex_lock(&s->sync_mu);
-        s->committed = s->taken;
-        pthread_cond_signal(&s->sync_cv);
-        pthread_mutex_unlock(&s->sync_mu);
+        sq_sync_commit(&s->sync);
     }
     return NULL;
 }
 
-/* ---- durability: the syncer -------------------------------------------- */
-
-/* fdatasync of the WAL through the syncer's own descriptor: the pages the
- * writer wrote are the inode's, whichever descriptor flushes them. SQLite
- * never deletes the WAL while a connection of ours is open (each holds a
- * shared lock on the database); should the file be gone all the same, the
- * frames the descriptor sees are no longer the WAL, and that is a failure,
- * never a success. */
-static int sync_wal(sq_store *s, char *why, size_t whylen)
-{
-    struct stat st;
-    FAULT_POINT("before_sync");
-    FAULT_DELAY("before_sync");
-    int err = FAULT_FAILS("before_sync") ? EIO : fdatasync(s->wal_fd) == 0 ? 0 : errno;
-    if (err) {
-        snprintf(why, whylen, "fdatasync of the WAL failed: %s; restart once", strerror(err));
-        return ONCE_ESTORE;
-    }
-    if (fstat(s->wal_fd, &st) != 0 || st.st_nlink == 0) {
-        snprintf(why, whylen, "the WAL file was removed under the store; restart once");
-        return ONCE_ESTORE;
-    }
-    return ONCE_OK;
-}
-
-/* Takes every committed batch, makes them durable with one fdatasync, and
- * only then finishes their operations (wakes the callers, runs the
- * callbacks). A failed fdatasync leaves the page cache in a state nobody
- * can know (the kernel may have dropped the dirty pages), so it fails those
- * operations and, sticky, every later one: the store must be reopened. */
-static void *sync_main(void *arg)
-{
-    sq_store *s = arg;
-    pthread_mutex_lock(&s->sync_mu);
-    for (;;) {
-        uint64_t done = atomic_load(&s->synced);
-        if (s->committed == done) {
-            if (s->sync_stop)
-                break;
-            pthread_cond_wait(&s->sync_cv, &s->sync_mu);
-            continue;
-        }
-        uint64_t end = s->committed;
-        pthread_mutex_unlock(&s->sync_mu);
-
-        char why[sizeof s->sync_why] = "";
-        int failed = atomic_load(&s->sync_failed);
-        if (!failed && sync_wal(s, why, sizeof why) < 0) {
-            /* sync_why is written once, before the flag that publishes it */
-            memcpy(s->sync_why, why, sizeof why);
-            atomic_store(&s->sync_failed, 1);
-            failed = 1;
-        }
-        for (uint64_t k = done + 1; k <= end; k++) {
-            sq_batch *b = &s->ring[(k - 1) % SYNC_DEPTH];
-            if (failed)
-                batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", s->sync_why);
-            else
-                batch_hook(s, b);
-            bq_finish(&s->head.queue, b->items, b->n);
-        }
-        pthread_mutex_lock(&s->sync_mu);
-        atomic_store(&s->synced, end);
-        pthread_cond_broadcast(&s->durable_cv);
-        pthread_cond_signal(&s->slot_cv);
-    }
-    pthread_mutex_unlock(&s->sync_mu);
-    return NULL;
-}
-
-/* Called by a read that will answer a caller, after it read: waits until
- * every commit it may have seen is durable, so that nobody is told an
- * outcome (a replay, a duplicate webhook) that a power cut could still
- * take back. Without writes in flight it costs two atomic loads. */
+/* A read that will answer a caller waits until what it saw is durable. */
 static int read_durable(sq_store *s)
 {
-    if (s->wal_fd < 0)
-        return ONCE_OK;
-    uint64_t seen = atomic_load(&s->visible);
-    if (atomic_load(&s->synced) < seen) {
-        pthread_mutex_lock(&s->sync_mu);
-        while (atomic_load(&s->synced) < seen && !atomic_load(&s->sync_failed))
-            pthread_cond_wait(&s->durable_cv, &s->sync_mu);
-        pthread_mutex_unlock(&s->sync_mu);
-    }
-    if (atomic_load(&s->sync_failed))
-        return once_fail(ONCE_ESTORE, "store: %s", s->sync_why);
-    return ONCE_OK;
+    return s->memory ? ONCE_OK : sq_sync_wait_read(&s->sync);
 }
 
 /* ---- checkpoints ------------------------------------------------------- */
@@ -332,18 +227,21 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
-/* The writer's TRUNCATE checkpoint, after the COMMIT that passed the bound
- * returned. synchronous=NORMAL makes SQLite sync the WAL before copying and
- * the database after, so the batches the syncer has not reached yet are
- * durable by the time their frames go. A checkpoint already running (the
- * checkpointer's) would make this one fail at once, and the WAL grow on:
- * wait for it. Then wait (the busy timeout) for readers of old frames,
- * which are short; if one outlasts it, the next commit tries again. */
-static void wal_truncate(sq_store *s)
+/* The writer's own checkpoint, after the COMMIT that asked for it returned:
+ * TRUNCATE past the bound, RESTART when the checkpointer has copied most of
+ * a long WAL (the file keeps its size and is written over from the start,
+ * so the syncs that follow do not grow it). synchronous=NORMAL makes SQLite
+ * sync the WAL before copying and the database after, so the batches the
+ * syncer has not reached yet are durable by the time their frames go. A
+ * checkpoint already running (the checkpointer's) would make this one fail
+ * at once, and the WAL grow on: wait for it. Then wait (the busy timeout)
+ * for readers of old frames, which are short; if one outlasts it, the next
+ * commit tries again. */
+static void wal_checkpoint(sq_store *s, int mode)
 {
     s->trunc_wanted = 0;
     pthread_mutex_lock(&s->ckpt_run_mu);
-    sqlite3_wal_checkpoint_v2(s->writer.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_wal_checkpoint_v2(s->writer.db, NULL, mode, NULL, NULL);
     pthread_mutex_unlock(&s->ckpt_run_mu);
 }
 
@@ -385,17 +283,30 @@ static void *ckpt_main(void *arg)
         int64_t limit = s->wal_limit;
         pthread_mutex_unlock(&s->ckpt_mu);
         /* PASSIVE never waits for readers or the writer: it copies what it
-         * can and leaves the rest for the next round; the writer's hook
-         * truncates past the bound. A WAL left over the bound while idle
-         * (a bound lowered, or a file from before) is truncated here: with
-         * no commits there is no writer to wait for. */
+         * can and leaves the rest for the next round. A WAL left over the
+         * bound while idle (a bound lowered, or a file from before) is
+         * truncated here: with no commits there is no writer to wait for. */
         int64_t wal = 0;
         int mode = sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
                                                                      : SQLITE_CHECKPOINT_PASSIVE;
+        int frames = 0, copied = 0;
         pthread_mutex_lock(&s->ckpt_run_mu);
-        sqlite3_wal_checkpoint_v2(c.db, NULL, mode, NULL, NULL);
+        int rc = sqlite3_wal_checkpoint_v2(c.db, NULL, mode, &frames, &copied);
         pthread_mutex_unlock(&s->ckpt_run_mu);
+        /* Under a steady load the WAL is never all copied when the writer
+         * begins, so it never starts over: it would grow to the bound and
+         * the writer would stop for a long checkpoint there. Past a quarter
+         * of the bound, the writer finishes this one instead, right after
+         * its next commit, when little is left to copy (wal_restart). */
+        if (rc == SQLITE_OK && mode == SQLITE_CHECKPOINT_PASSIVE && (int64_t)frames * s->frame_bytes > limit / 4)
+            atomic_store(&s->restart_wanted, 1);
+        /* Paced: a page changed by many commits is copied once per round,
+         * not once per commit (each round costs a sync of the WAL and of
+         * the database, and the copies compete with the commits' fsync). */
         pthread_mutex_lock(&s->ckpt_mu);
+        double until = clock_mono_seconds() + CKPT_PACE_MS / 1000.0;
+        while (!s->ckpt_stop && clock_mono_seconds() < until)
+            clock_cond_wait_ms(&s->ckpt_cv, &s->ckpt_mu, (int64_t)((until - clock_mono_seconds()) * 1000) + 1);
     }
     pthread_mutex_unlock(&s->ckpt_mu);
     sq_conn_close(&c);
@@ -562,20 +473,6 @@ static int sqs_event_list(once_store *st, const once_event_list_req *req, int64_
 
 /* ---- open and close ---------------------------------------------------- */
 
-/* The syncer's end: it finishes every batch the writer committed, then
- * returns (the writer has stopped). */
-static void sync_stop(sq_store *s)
-{
-    if (!s->sync_started)
-        return;
-    pthread_mutex_lock(&s->sync_mu);
-    s->sync_stop = 1;
-    pthread_cond_signal(&s->sync_cv);
-    pthread_mutex_unlock(&s->sync_mu);
-    pthread_join(s->sync_thread, NULL);
-    s->sync_started = 0;
-}
-
 static void sqs_close(once_store *st)
 {
     sq_store *s = sq(st);
@@ -583,7 +480,7 @@ static void sqs_close(once_store *st)
         bq_close(&s->head.queue);
         pthread_join(s->writer_thread, NULL);
     }
-    sync_stop(s);
+    sq_sync_close(&s->sync); /* finishes every batch the writer committed */
     if (s->ckpt_started) {
         pthread_mutex_lock(&s->ckpt_mu);
         s->ckpt_stop = 1;
@@ -599,15 +496,9 @@ static void sqs_close(once_store *st)
      * with synchronous=NORMAL that checkpoint syncs the database first. */
     if (s->writer.db)
         sq_conn_close(&s->writer);
-    if (s->wal_fd >= 0)
-        close(s->wal_fd);
     bq_destroy(&s->head.queue);
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* after every connection: the lock outlives the serving */
-    pthread_cond_destroy(&s->durable_cv);
-    pthread_cond_destroy(&s->slot_cv);
-    pthread_cond_destroy(&s->sync_cv);
-    pthread_mutex_destroy(&s->sync_mu);
     pthread_cond_destroy(&s->ckpt_cv);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->ckpt_run_mu);
@@ -690,20 +581,17 @@ static const store_vtable sqlite_vtable = {
     .close = sqs_close,
 };
 
-/* The syncer of a file store: its own descriptor of the WAL (which the
- * writer's schema step has created), and the writer switched from FULL to
- * NORMAL only once something will sync what it commits. */
+/* The syncers of a file store, on the WAL the writer's schema step has
+ * created; the writer switched from FULL to NORMAL only once something
+ * will sync what it commits. */
 static int sync_start(sq_store *s)
 {
     char wal[4096];
     if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal)
         return once_fail(ONCE_EINVAL, "store: path too long");
-    s->wal_fd = open(wal, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (s->wal_fd < 0)
-        return once_fail(ONCE_ESTORE, "store: cannot open %s: %s", wal, strerror(errno));
-    if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0)
-        return once_fail(ONCE_ENOMEM, "store: cannot start the syncer thread");
-    s->sync_started = 1;
+    int rc = sq_sync_open(&s->sync, wal, batch_finish, s);
+    if (rc < 0)
+        return rc;
     if (sqlite3_exec(s->writer.db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) != SQLITE_OK)
         return once_fail(ONCE_ESTORE, "store: %s", sqlite3_errmsg(s->writer.db));
     return ONCE_OK;
@@ -718,7 +606,6 @@ int sqlite_store_open(const char *path, once_store **out)
     s->memory = strcmp(path, ":memory:") == 0;
     s->wal_limit = WAL_LIMIT_DEFAULT;
     s->lock_fd = -1;
-    s->wal_fd = -1;
     s->path = once_memdup0(path, strlen(path));
     if (!s->path || bq_init(&s->head.queue) < 0) {
         free(s->path);
@@ -730,10 +617,6 @@ int sqlite_store_open(const char *path, once_store **out)
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->ckpt_run_mu, NULL);
     clock_cond_init(&s->ckpt_cv);
-    pthread_mutex_init(&s->sync_mu, NULL);
-    pthread_cond_init(&s->sync_cv, NULL);
-    pthread_cond_init(&s->slot_cv, NULL);
-    pthread_cond_init(&s->durable_cv, NULL);
 
     int rc = sq_conn_open(&s->writer, path);
     if (rc == ONCE_OK)
