@@ -175,7 +175,7 @@ metrics_snap() {
 }
 rows_of_source() { sqlite3 "file:$db?mode=ro" "SELECT count(*) FROM events WHERE source = '$source'" 2>/dev/null || echo "?"; }
 
-# ---- CPU accounting (lib.sh: proc_ticks, thread_ticks, thread_label) -------------------
+# ---- CPU accounting (lib.sh: proc_ticks, thread_ticks, thread_cpu) ---------------------
 
 child_cpu() { # -> user + system seconds of this shell's finished children (bash's `times`, 2nd line)
   times >"$tmp/times" # in this shell: in $(…) it would count the subshell's children
@@ -251,8 +251,8 @@ run_one() { # target seconds record(0|1) rep
   awk -v a="$m0" -v b="$m1" -v w0="$wal0" -v w1="$wal1" -v d="$d" 'BEGIN {
     split(a, x, " "); split(b, y, " ")
     cc = y[6] - x[6]; bc = y[8] - x[8]; ops = y[7] - x[7]; nw = y[1] - x[1]; ac = y[10] - x[10]
-    printf "      store: %d commits/s, mean batch %.1f ops, mean commit %.2f ms (writer busy %.0f%%)",
-      cc / d, bc ? ops / bc : 0, cc ? 1000 * (y[5] - x[5]) / cc : 0, 100 * (y[5] - x[5]) / d
+    printf "      store: %d commits/s, mean batch %.1f ops, mean commit to durable %.2f ms (%.1f batches in flight)",
+      cc / d, bc ? ops / bc : 0, cc ? 1000 * (y[5] - x[5]) / cc : 0, (y[5] - x[5]) / d
     if (ac) printf "; once ack mean %.2f ms, %.1f%% <= 10 ms", 1000 * (y[9] - x[9]) / ac, 100 * (y[11] - x[11]) / ac
     printf "; WAL %.0f MB", w1 / 1048576
     if (nw > 0 && w1 > w0) printf " (+%.1f KB per new event)", (w1 - w0) / 1024 / nw

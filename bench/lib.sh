@@ -154,40 +154,29 @@ machine_busy() {
   awk -v s="$span" -v i="$(($4 - $2))" 'BEGIN { printf "%.0f", s ? 100 * (s - i) / s : 0 }'
 }
 
-# CPU per thread of once, to see which thread is busy: pid -> "tid ticks" per thread, by tid.
+# CPU per thread of once, to see which thread is busy: pid -> "tid ticks name" per thread,
+# by tid. once names its threads (once-writer, once-sync, once-ckpt, once-outbound, …); the
+# ones it does not name are the main thread and libmicrohttpd's pool (http).
 thread_ticks() {
-  local f
+  local f t name
   for f in /proc/"$1"/task/*/stat; do
-    awk '{ tid = $1; sub(/^.*\) /, ""); print tid, $12 + $13 }' "$f" 2>/dev/null || true
+    t=${f%/stat}
+    name=$(cat "$t/comm" 2>/dev/null) || continue
+    case $name in
+      once-*) name=${name#once-} ;;
+      *) if [ "${t##*/}" = "$1" ]; then name=main; else name=http; fi ;;
+    esac
+    awk -v n="$name" '{ tid = $1; sub(/^.*\) /, ""); print tid, $12 + $13, n }' "$f" 2>/dev/null || true
   done | sort -n
 }
 
-# once's threads are unnamed; they are created in this order (src/server/server.c,
-# src/store/sqlite_store.c): main, checkpointer, store writer, outbound (curl),
-# waiters, worker, the MHD pool (threads), the background loop. A pull source
-# adds no thread (the delivery thread runs only for push sources).
-thread_label() { # index (0-based, by tid) -> name
-  local i=$1
-  local names=(main checkpointer writer outbound waiters worker)
-  if [ "$i" -lt 6 ]; then echo "${names[$i]}"
-  elif [ "$i" -lt $((6 + othreads)) ]; then echo "http$((i - 5))"
-  elif [ "$i" -eq $((6 + othreads)) ]; then echo loop
-  else echo "t$i"; fi
-}
-
-# once's CPU per thread over a run, named when the count is the expected one:
-# thread_ticks-before thread_ticks-after seconds -> "main 0%, checkpointer 16%, …".
+# once's CPU per thread over a run, by name, idle threads left out:
+# thread_ticks-before thread_ticks-after seconds -> "writer 16%, sync 9%, http 22%, …".
 thread_cpu() {
-  local per j=0 parts="" tid pct nth
-  per=$(awk -v hz="$hz" -v d="$3" 'NR == FNR { t0[$1] = $2; next } { printf "%s %.0f\n", $1, 100 * ($2 - t0[$1]) / hz / d }' \
-    <(echo "$1") <(echo "$2"))
-  nth=$(wc -l <<<"$per")
-  while read -r tid pct; do
-    # the labels hold for this configuration only (7 threads + the MHD pool + the loop)
-    if [ "$nth" -eq $((othreads + 7)) ]; then parts+="$(thread_label $j) ${pct}%, "; else parts+="$tid ${pct}%, "; fi
-    j=$((j + 1))
-  done <<<"$per"
-  echo "${parts%, }"
+  local per
+  per=$(awk -v hz="$hz" -v d="$3" 'NR == FNR { t0[$1] = $2; next }
+    { p = 100 * ($2 - t0[$1]) / hz / d; if (p >= 0.5) printf "%s %.0f%%, ", $3, p }' <(echo "$1") <(echo "$2"))
+  echo "${per%, }"
 }
 
 # ---- wrk's output and the figures ---------------------------------------------------------

@@ -24,8 +24,9 @@
 #
 # Under each run: CPU per process (from /proc; 100% = one core) and, for once,
 # per thread, labelled by creation order (the threads are unnamed); and the
-# store's side from /metrics: commits/s, mean batch, mean commit time and how
-# much of the run the writer spent committing, mean upstream call time, and
+# store's side from /metrics: commits/s, mean batch, mean time from a batch's
+# BEGIN to its fdatasync and how many batches were on the way on average
+# (the writer commits the next while the syncer syncs), mean upstream call time, and
 # the WAL file's size and growth per new key.
 #
 # Environment (defaults in brackets):
@@ -141,7 +142,7 @@ metrics_snap() {
     END { print n + 0, r + 0, f + 0, cs + 0, cc + 0, bs + 0, bc + 0, us + 0, uc + 0 }'
 }
 
-# ---- CPU accounting (lib.sh: proc_ticks, thread_ticks, thread_label) -------------------
+# ---- CPU accounting (lib.sh: proc_ticks, thread_ticks, thread_cpu) ---------------------
 
 nginx_workers() { pgrep -P "$nginx_pid" | tr '\n' ' '; }
 
@@ -207,8 +208,8 @@ run_one() { # target seconds record(0|1) rep
   awk -v a="$m0" -v b="$m1" -v w0="$wal0" -v w1="$wal1" -v d="$d" 'BEGIN {
     split(a, x, " "); split(b, y, " ")
     cc = y[5] - x[5]; bc = y[7] - x[7]; uc = y[9] - x[9]; ops = y[6] - x[6]; nw = y[1] - x[1]
-    printf "      store: %d commits/s, mean batch %.1f ops, mean commit %.2f ms (writer busy %.0f%%)",
-      cc / d, bc ? ops / bc : 0, cc ? 1000 * (y[4] - x[4]) / cc : 0, 100 * (y[4] - x[4]) / d
+    printf "      store: %d commits/s, mean batch %.1f ops, mean commit to durable %.2f ms (%.1f batches in flight)",
+      cc / d, bc ? ops / bc : 0, cc ? 1000 * (y[4] - x[4]) / cc : 0, (y[4] - x[4]) / d
     if (uc) printf "; upstream call mean %.2f ms", 1000 * (y[8] - x[8]) / uc
     printf "; WAL %.0f MB", w1 / 1048576
     if (nw > 0 && w1 > w0) printf " (+%.1f KB per new key)", (w1 - w0) / 1024 / nw

@@ -25,6 +25,7 @@ static void looper_wait(looper *l, looper_phase seen, int64_t wait_ms)
 static void *looper_main(void *arg)
 {
     looper *l = arg;
+    pthread_setname_np(pthread_self(), l->name);
     pthread_mutex_lock(&l->mu);
     for (;;) {
         looper_phase phase = l->phase;
@@ -45,9 +46,9 @@ static void *looper_main(void *arg)
     return NULL;
 }
 
-int looper_start(looper *l, looper_round_fn round, void *arg)
+int looper_start(looper *l, const char *name, looper_round_fn round, void *arg)
 {
-    *l = (looper){.round = round, .arg = arg, .phase = LOOPER_RUNNING};
+    *l = (looper){.round = round, .arg = arg, .name = name, .phase = LOOPER_RUNNING};
     pthread_mutex_init(&l->mu, NULL);
     if (clock_cond_init(&l->cv) != 0) {
         pthread_mutex_destroy(&l->mu);

@@ -47,11 +47,13 @@ typedef struct looper {
     looper_item *head, *tail; /* posted, not yet taken by a round */
     looper_round_fn round;
     void *arg;
+    const char *name;
 } looper;
 
-/* Starts the thread, whose first round runs now. 0, or -1 (nothing to
+/* Starts the thread, named name (at most 15 characters: what top -H and
+ * the benchmarks show), whose first round runs now. 0, or -1 (nothing to
  * stop). */
-int looper_start(looper *l, looper_round_fn round, void *arg);
+int looper_start(looper *l, const char *name, looper_round_fn round, void *arg);
 
 /* Runs a round soon. Any thread. */
 void looper_kick(looper *l);

@@ -362,7 +362,7 @@ int approvals_start(server *srv, approvals **out)
     if (!ap)
         return -1;
     ap->srv = srv;
-    if (looper_start(&ap->loop, approvals_round, ap) < 0) {
+    if (looper_start(&ap->loop, "once-approvals", approvals_round, ap) < 0) {
         free(ap);
         return -1;
     }

@@ -229,7 +229,7 @@ int delivery_start(server *srv)
     if (!d)
         return -1;
     d->srv = srv;
-    if (looper_start(&d->loop, delivery_round, d) < 0) {
+    if (looper_start(&d->loop, "once-delivery", delivery_round, d) < 0) {
         free(d);
         return -1;
     }

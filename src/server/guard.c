@@ -268,7 +268,7 @@ int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, 
     g->request_ms = request_ms;
     g->idle_ms = idle_ms;
     pthread_mutex_init(&g->mu, NULL);
-    if (looper_start(&g->reaper, guard_reap, g) < 0) {
+    if (looper_start(&g->reaper, "once-reaper", guard_reap, g) < 0) {
         pthread_mutex_destroy(&g->mu);
         free(g);
         return -1;

@@ -122,7 +122,7 @@ int leases_start(once_store *store, leases **out)
     l->store = store;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
-    if (looper_start(&l->renewer, leases_round, l) < 0) {
+    if (looper_start(&l->renewer, "once-leases", leases_round, l) < 0) {
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
         free(l);

@@ -445,6 +445,7 @@ static int64_t expire(mcp_stdio *s, int64_t now)
 static void *bridge_main(void *arg)
 {
     mcp_stdio *s = arg;
+    pthread_setname_np(pthread_self(), "once-mcp-stdio");
     for (;;) {
         int64_t now = clock_mono_ms();
         pthread_mutex_lock(&s->mu);

@@ -478,6 +478,7 @@ static int timer_run(outbound *ob)
 static void *outbound_main(void *arg)
 {
     outbound *ob = arg;
+    pthread_setname_np(pthread_self(), "once-outbound");
     out_call *batch[256];
     struct epoll_event evs[64];
     for (;;) {

@@ -343,7 +343,7 @@ int reconciler_start(server *srv, reconciler **out)
     if (!r)
         return -1;
     r->srv = srv;
-    if (looper_start(&r->loop, reconciler_round, r) < 0) {
+    if (looper_start(&r->loop, "once-reconciler", reconciler_round, r) < 0) {
         free(r);
         return -1;
     }

@@ -298,7 +298,7 @@ int server_run(once_config *cfg)
     for (size_t i = 0; lp.lookup_scopes && i < cfg->nupstreams; i++)
         if (cfg->upstreams[i].lookup_method)
             lp.lookup_scopes[lp.nlookup_scopes++] = cfg->upstreams[i].name;
-    if (!lp.lookup_scopes || looper_start(&lp.thread, loop_round, &lp) < 0) {
+    if (!lp.lookup_scopes || looper_start(&lp.thread, "once-loop", loop_round, &lp) < 0) {
         log_event("error", "cannot start the background loop");
         goto out;
     }

@@ -158,7 +158,7 @@ int waiters_start(server *srv, waiters **out)
     if (!w)
         return -1;
     w->srv = srv;
-    if (looper_start(&w->loop, waiters_round, w) < 0) {
+    if (looper_start(&w->loop, "once-waiters", waiters_round, w) < 0) {
         free(w);
         return -1;
     }

@@ -28,6 +28,7 @@ struct worker {
 static void *worker_main(void *arg)
 {
     worker *w = arg;
+    pthread_setname_np(pthread_self(), "once-worker");
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->head && !w->stop)

@@ -640,6 +640,7 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
 void *pg_writer_main(void *arg)
 {
     pg_store *s = arg;
+    pthread_setname_np(pthread_self(), "once-pg-writer");
     bq_item *items[BATCH_MAX];
     PGconn *conn = NULL;
     size_t n;

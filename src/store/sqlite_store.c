@@ -170,6 +170,7 @@ static void writer_memory(sq_store *s)
 static void *writer_main(void *arg)
 {
     sq_store *s = arg;
+    pthread_setname_np(pthread_self(), "once-writer");
     if (s->memory) {
         writer_memory(s);
         return NULL;
@@ -263,6 +264,7 @@ static int sq_wal_bytes(const sq_store *s, int64_t *out)
 static void *ckpt_main(void *arg)
 {
     sq_store *s = arg;
+    pthread_setname_np(pthread_self(), "once-ckpt");
     sq_conn c;
     if (sq_conn_open(&c, s->path) < 0)
         return NULL; /* the WAL then grows until the next open checkpoints it */

@@ -68,6 +68,7 @@ static void *syncer_main(void *arg)
 {
     sq_syncer *me = arg;
     sq_sync *y = me->y;
+    pthread_setname_np(pthread_self(), "once-sync");
     pthread_mutex_lock(&y->mu);
     for (;;) {
         if (y->committed == y->claimed) {

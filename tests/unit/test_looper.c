@@ -57,7 +57,7 @@ static void test_post_during_a_round_that_goes_idle(void **state)
     (void)state;
     loop_case c = {.rounds = 0};
     pthread_mutex_init(&c.mu, NULL);
-    assert_int_equal(looper_start(&c.loop, round_posting, &c), 0);
+    assert_int_equal(looper_start(&c.loop, "test-looper", round_posting, &c), 0);
     int64_t until = clock_mono_ms() + 5000;
     while (taken(&c) == 0 && clock_mono_ms() < until)
         usleep(1000);
@@ -73,7 +73,7 @@ static void test_post_to_an_idle_loop(void **state)
     (void)state;
     loop_case c = {.rounds = 1}; /* no post of its own */
     pthread_mutex_init(&c.mu, NULL);
-    assert_int_equal(looper_start(&c.loop, round_posting, &c), 0);
+    assert_int_equal(looper_start(&c.loop, "test-looper", round_posting, &c), 0);
     usleep(20000); /* let it go idle */
     looper_item it;
     assert_int_equal(looper_post(&c.loop, &it, 0), 0);
