@@ -37,6 +37,8 @@
 #define POOL_MAX 64
 #define CHECKPOINT_PAGES 1000 /* about 4 MiB of WAL */
 #define CKPT_PACE_MS 500      /* between two checkpoints under load */
+#define CKPT_CONVERGE_PASSES 4 /* more passes, at most, before the writer finishes a round */
+#define CKPT_TAIL_FRAMES 128  /* a pass that copied fewer: the tail left is short */
 #define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
 
 typedef struct sq_store {
@@ -229,21 +231,27 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 }
 
 /* The writer's own checkpoint, after the COMMIT that asked for it returned:
- * TRUNCATE past the bound, RESTART when the checkpointer has copied most of
- * a long WAL (the file keeps its size and is written over from the start,
- * so the syncs that follow do not grow it). synchronous=NORMAL makes SQLite
- * sync the WAL before copying and the database after, so the batches the
- * syncer has not reached yet are durable by the time their frames go. A
- * checkpoint already running (the checkpointer's) would make this one fail
- * at once, and the WAL grow on: wait for it. Then wait (the busy timeout)
- * for readers of old frames, which are short; if one outlasts it, the next
- * commit tries again. */
+ * TRUNCATE past the bound (waiting, with the busy timeout, for readers of
+ * old frames, which are short; if one outlasts it, the next commit tries
+ * again), or PASSIVE to finish a round of the checkpointer's: the few
+ * frames left are copied, and with none left the writer's next transaction
+ * starts the WAL over from its beginning (the file keeps its size and is
+ * written over, so the syncs that follow do not grow it). A reader of an
+ * old snapshot may hold frames back; PASSIVE does not wait for it, and the
+ * next commit tries again (copying nothing new costs no sync).
+ * synchronous=NORMAL makes SQLite sync the WAL before copying and the
+ * database after, so the batches the syncer has not reached yet are
+ * durable by the time their frames go. A checkpoint of the checkpointer's
+ * would make this one fail at once: wait for it. */
 static void wal_checkpoint(sq_store *s, int mode)
 {
     s->trunc_wanted = 0;
+    int frames = 0, copied = 0;
     pthread_mutex_lock(&s->ckpt_run_mu);
-    sqlite3_wal_checkpoint_v2(s->writer.db, NULL, mode, NULL, NULL);
+    int rc = sqlite3_wal_checkpoint_v2(s->writer.db, NULL, mode, &frames, &copied);
     pthread_mutex_unlock(&s->ckpt_run_mu);
+    if (mode == SQLITE_CHECKPOINT_PASSIVE && (rc != SQLITE_OK || copied < frames))
+        atomic_store(&s->restart_wanted, 1);
 }
 
 /* The size of the WAL file (0 when there is none). */
@@ -259,6 +267,15 @@ static int sq_wal_bytes(const sq_store *s, int64_t *out)
     else if (errno != ENOENT)
         return once_fail(ONCE_ESTORE, "store: cannot stat %s: %s", wal, strerror(errno));
     return ONCE_OK;
+}
+
+/* One checkpoint of the checkpointer's; the writer's and its take turns. */
+static int ckpt_pass(sq_store *s, sqlite3 *db, int mode, int *frames, int *copied)
+{
+    pthread_mutex_lock(&s->ckpt_run_mu);
+    int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
+    pthread_mutex_unlock(&s->ckpt_run_mu);
+    return rc;
 }
 
 static void *ckpt_main(void *arg)
@@ -292,16 +309,22 @@ static void *ckpt_main(void *arg)
         int mode = sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
                                                                      : SQLITE_CHECKPOINT_PASSIVE;
         int frames = 0, copied = 0;
-        pthread_mutex_lock(&s->ckpt_run_mu);
-        int rc = sqlite3_wal_checkpoint_v2(c.db, NULL, mode, &frames, &copied);
-        pthread_mutex_unlock(&s->ckpt_run_mu);
+        int rc = ckpt_pass(s, c.db, mode, &frames, &copied);
         /* Under a steady load the WAL is never all copied when the writer
          * begins, so it never starts over: it would grow to the bound and
          * the writer would stop for a long checkpoint there. Past a quarter
-         * of the bound, the writer finishes this one instead, right after
-         * its next commit, when little is left to copy (wal_restart). */
-        if (rc == SQLITE_OK && mode == SQLITE_CHECKPOINT_PASSIVE && (int64_t)frames * s->frame_bytes > limit / 4)
+         * of the bound, more passes copy what the commits added during the
+         * last one, while that shrinks; then the writer finishes, after its
+         * next commit, when a few frames are left (its stop is the sync of
+         * those), and the WAL starts over (wal_checkpoint). */
+        if (rc == SQLITE_OK && mode == SQLITE_CHECKPOINT_PASSIVE && (int64_t)frames * s->frame_bytes > limit / 4) {
+            for (int pass = 0; pass < CKPT_CONVERGE_PASSES; pass++) {
+                int before = copied;
+                if (ckpt_pass(s, c.db, mode, &frames, &copied) != SQLITE_OK || copied - before < CKPT_TAIL_FRAMES)
+                    break;
+            }
             atomic_store(&s->restart_wanted, 1);
+        }
         /* Paced: a page changed by many commits is copied once per round,
          * not once per commit (each round costs a sync of the WAL and of
          * the database, and the copies compete with the commits' fsync). */
