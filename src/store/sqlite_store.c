@@ -44,6 +44,7 @@
 typedef struct sq_store {
     store_head head; /* first: the ledger sees a once_store, op.c the queue */
     char *path;
+    char *wal_path; /* the WAL as SQLite names it (beside the file a symlink resolves to); NULL in memory */
     int memory;
     sq_conn writer;
     pthread_t writer_thread;
@@ -99,6 +100,14 @@ static void batch_void(store_op **ops, size_t n, int code, const char *why, cons
         if (ops[i]->rc >= 0 || ops[i]->rc == ONCE_ESTORE)
             store_op_void(ops[i], code, "%s: %s", why, msg);
     }
+}
+
+/* Fails a batch that is not run: the store cannot make anything durable
+ * any more (a failed fdatasync). */
+static void batch_refuse(store_op **ops, size_t n, const char *why)
+{
+    for (size_t i = 0; i < n; i++)
+        store_op_fail(ops[i], ONCE_ESTORE, "store: %s", why);
 }
 
 static void batch_run(sq_store *s, store_op **ops, size_t n)
@@ -185,7 +194,7 @@ static void *writer_main(void *arg)
         b->t0 = clock_mono_seconds();
         /* Readers may see the batch from inside its COMMIT on. */
         if (sq_sync_begin(&s->sync))
-            batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", sq_sync_why(&s->sync));
+            batch_refuse((store_op **)b->items, b->n, sq_sync_why(&s->sync));
         else
             batch_run(s, (store_op **)b->items, b->n);
         sq_sync_commit(&s->sync);
@@ -257,15 +266,14 @@ static void wal_checkpoint(sq_store *s, int mode)
 /* The size of the WAL file (0 when there is none). */
 static int sq_wal_bytes(const sq_store *s, int64_t *out)
 {
-    char wal[4096];
     struct stat st;
     *out = 0;
-    if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal)
-        return once_fail(ONCE_EINVAL, "store: path too long");
-    if (stat(wal, &st) == 0)
+    if (!s->wal_path)
+        return ONCE_OK;
+    if (stat(s->wal_path, &st) == 0)
         *out = (int64_t)st.st_size;
     else if (errno != ENOENT)
-        return once_fail(ONCE_ESTORE, "store: cannot stat %s: %s", wal, strerror(errno));
+        return once_fail(ONCE_ESTORE, "store: cannot stat %s: %s", s->wal_path, strerror(errno));
     return ONCE_OK;
 }
 
@@ -529,6 +537,7 @@ static void sqs_close(once_store *st)
     pthread_mutex_destroy(&s->ckpt_run_mu);
     pthread_cond_destroy(&s->pool_cv);
     pthread_mutex_destroy(&s->pool_mu);
+    free(s->wal_path);
     free(s->path);
     free(s);
 }
@@ -606,15 +615,26 @@ static const store_vtable sqlite_vtable = {
     .close = sqs_close,
 };
 
+/* The WAL's name as SQLite opens it: beside the file the path resolves
+ * to, since SQLite follows a symlink, not beside the path as given (a
+ * store opened through a symlink had its WAL synced and measured under a
+ * name that did not exist). */
+static int wal_path_find(sq_store *s)
+{
+    const char *db = sqlite3_db_filename(s->writer.db, "main");
+    const char *wal = db ? sqlite3_filename_wal(db) : NULL;
+    if (!wal || !*wal)
+        return once_fail(ONCE_ESTORE, "store: SQLite names no WAL file for %s", s->path);
+    s->wal_path = once_memdup0(wal, strlen(wal));
+    return s->wal_path ? ONCE_OK : once_fail(ONCE_ENOMEM, "store: out of memory");
+}
+
 /* The syncers of a file store, on the WAL the writer's schema step has
  * created; the writer switched from FULL to NORMAL only once something
  * will sync what it commits. */
 static int sync_start(sq_store *s)
 {
-    char wal[4096];
-    if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal)
-        return once_fail(ONCE_EINVAL, "store: path too long");
-    int rc = sq_sync_open(&s->sync, wal, batch_finish, s);
+    int rc = sq_sync_open(&s->sync, s->wal_path, batch_finish, s);
     if (rc < 0)
         return rc;
     if (sqlite3_exec(s->writer.db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) != SQLITE_OK)
@@ -653,9 +673,10 @@ int sqlite_store_open(const char *path, once_store **out)
             s->frame_bytes = sqlite3_column_int64(ps, 0) + 24;
         sqlite3_finalize(ps);
         sqlite3_wal_hook(s->writer.db, wal_hook, s);
-        if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) != 0)
+        rc = wal_path_find(s);
+        if (rc == ONCE_OK && pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) != 0)
             rc = once_fail(ONCE_ENOMEM, "store: cannot start the checkpointer thread");
-        else
+        else if (rc == ONCE_OK)
             s->ckpt_started = 1;
         if (rc == ONCE_OK)
             rc = sync_start(s);

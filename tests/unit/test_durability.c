@@ -361,6 +361,29 @@ static void test_process_race(void **state)
 #define CP(f) TH_PG_TEST(f, setup_closed_pg)
 
 
+/* A store opened through a symlink: SQLite keeps the WAL beside the file
+ * the link resolves to, and that is the WAL the syncer must fdatasync and
+ * once_store_wal_bytes measure (both used LINK-wal, which does not exist:
+ * the open failed, found by test_one_gateway's symlink test). */
+static void test_open_through_symlink(void **state)
+{
+    th_env *e = *state;
+    char link[256], url[300];
+    snprintf(link, sizeof link, "%s/link.db", e->dir);
+    snprintf(url, sizeof url, "sqlite:%s", link);
+    assert_int_equal(symlink(e->path, link), 0);
+    once_store *st = NULL;
+    th_assert_rc(once_store_open(url, &st), 0);
+    char tok[ONCE_TOKEN_LEN + 1];
+    th_reserve_new(st, S, "via-link", tok, 1);
+    int64_t wal = 0;
+    th_assert_rc(once_store_wal_bytes(st, &wal), 0);
+    assert_true(wal > 0);
+    once_store_close(st);
+    th_assert_rc(once_store_open(e->url, &e->st), 0);
+    assert_int_equal(th_state(e->st, S, "via-link"), ONCE_STATE_PENDING);
+}
+
 #ifdef ONCE_FAULT_INJECTION
 static double mono_now(void)
 {
@@ -470,6 +493,7 @@ int main(void)
         P(test_reopen_keeps_rows),
         P(test_two_handles),
         CP(test_process_race),
+        C(test_open_through_symlink),
 #ifdef ONCE_FAULT_INJECTION
         T(test_read_waits_for_sync),
         T(test_sync_failure_is_sticky),
