@@ -212,7 +212,7 @@ static int read_durable(sq_store *s)
 
 /* Runs on the writer thread after each commit, pages being the frames now
  * in the WAL. Past the bound (wal_max) the writer itself truncates it
- * (wal_truncate), between two transactions: it is the one connection a
+ * (wal_checkpoint), between two transactions: it is the one connection a
  * TRUNCATE checkpoint would otherwise wait for, and under a sustained load
  * it never stops writing, so a checkpointer thread waiting for it let the
  * WAL overshoot (a 5-minute soak peaked at 234 MB with a 64 MiB bound). The
