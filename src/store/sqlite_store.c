@@ -208,6 +208,14 @@ static int read_durable(sq_store *s)
     return s->memory ? ONCE_OK : sq_sync_wait_read(&s->sync);
 }
 
+/* An asynchronous caller (an HTTP thread) never waits on the disk: when
+ * what its read saw is not durable yet, the operation goes to the writer
+ * instead, whose answer comes after its batch's fdatasync. */
+static int read_must_queue(sq_store *s, once_cb cb)
+{
+    return cb && !s->memory && !sq_sync_settled(&s->sync);
+}
+
 /* ---- checkpoints ------------------------------------------------------- */
 
 /* Runs on the writer thread after each commit, pages being the frames now
@@ -438,7 +446,7 @@ static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now,
         op.detail[0] = '\0';
         int answered = sq_reserve_read(c, &op);
         pool_put(s, c);
-        if (answered) {
+        if (answered && !(op.rc >= 0 && read_must_queue(s, cb))) {
             if (op.rc >= 0 && (rc = read_durable(s)) < 0) {
                 once_reservation_free(out);
                 return rc;
@@ -484,9 +492,9 @@ static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now
         pool_put(s, c);
         if (found < 0)
             return store_op_result(&op);
-        if (found && (rc = read_durable(s)) < 0)
-            return rc;
-        if (found) {
+        if (found && !read_must_queue(s, cb)) {
+            if ((rc = read_durable(s)) < 0)
+                return rc;
             *inserted = 0;
             return cb ? 1 : ONCE_OK;
         }

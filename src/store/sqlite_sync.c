@@ -184,6 +184,11 @@ int sq_sync_wait_read(sq_sync *y)
     return ONCE_OK;
 }
 
+int sq_sync_settled(sq_sync *y)
+{
+    return atomic_load(&y->failed) || atomic_load(&y->durable) >= atomic_load(&y->visible);
+}
+
 const char *sq_sync_why(sq_sync *y)
 {
     return atomic_load(&y->failed) ? y->why : "";

@@ -102,6 +102,10 @@ void sq_sync_commit(sq_sync *y);
  * failed. Without writes in flight it costs two atomic loads. */
 int sq_sync_wait_read(sq_sync *y);
 
+/* Without waiting: 1 when every commit a read may have seen is durable
+ * (or the pipeline failed: sq_sync_wait_read then says so at once). */
+int sq_sync_settled(sq_sync *y);
+
 /* The failure's text ("" when none). */
 const char *sq_sync_why(sq_sync *y);
 

@@ -25,20 +25,13 @@ import time
 
 import pytest
 
-from gateway import Gateway, Provider, describe, new_key, outcome, require_serve
+from gateway import Gateway, describe, new_key, outcome, require_serve
 
 REQUESTS = 5
 
 # "PID call(FD<what>, ..." (what: a path, or TCP:[a:p->b:q], which holds a
 # ">" of its own) or "PID <... call resumed> ...".
 LINE = re.compile(r"^(\d+)\s+(?:<\.\.\. (\w+) resumed>|(\w+)\((\d+)<(.+?)>(?=[,)]))(.*)$")
-
-
-@pytest.fixture
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 @pytest.fixture
@@ -128,7 +121,7 @@ def test_durable_before_upstream_and_before_answer(gw, provider, tmp_path):
         for _ in range(REQUESTS):
             r = gw.proxy("POST", "demo", key=new_key("order"), json={"amount": 1})
             assert r.status_code == 200 and outcome(r) == "completed", describe(r)
-        assert provider.count() == REQUESTS
+        assert provider.count() == REQUESTS  # conftest's provider: one per module, this module's only test
     finally:
         st.send_signal(signal.SIGINT)
         st.wait(timeout=30)
