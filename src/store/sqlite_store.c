@@ -1,6 +1,6 @@
 /*
  * sqlite_store.c — the SQLite store: one writer thread doing group commit,
- * the syncers that make each batch durable, a pool of read connections, and a
+ * the syncer that makes each batch durable, a pool of read connections, and a
  * checkpointer.
  *
  * SQLite lets one writer commit at a time and each commit costs an fsync, so
@@ -8,12 +8,13 @@
  * operation and sleep; the writer runs everything queued in one transaction
  * and commits it. The fsync is not the writer's: it commits with
  * synchronous=NORMAL (in WAL mode: commits unsynced, checkpoints synced) and
- * hands the batch to the syncers (sqlite_sync.c), which fdatasync the WAL and
- * only then wake the batch's callers, while the writer already runs the next
- * batch. Reads
- * never queue: they run on a pooled connection in the caller's thread, and
- * wait, before they answer, until what they saw is durable too. An in-memory
- * store has a single connection, so there reads queue, and nothing syncs.
+ * hands the batch to the syncer (sqlite_sync.c), which fdatasyncs the WAL and
+ * only then wakes the batch's callers, while the writer already runs the next
+ * batch. Reads never queue: they run on a pooled connection in the caller's
+ * thread and wait, before they answer, until what they saw is durable too (an
+ * asynchronous caller's operation goes to the writer instead of waiting). An
+ * in-memory store has a single connection, so there reads queue, and nothing
+ * syncs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -637,7 +638,7 @@ static int wal_path_find(sq_store *s)
     return s->wal_path ? ONCE_OK : once_fail(ONCE_ENOMEM, "store: out of memory");
 }
 
-/* The syncers of a file store, on the WAL the writer's schema step has
+/* The syncer of a file store, on the WAL the writer's schema step has
  * created; the writer switched from FULL to NORMAL only once something
  * will sync what it commits. */
 static int sync_start(sq_store *s)

@@ -1,6 +1,6 @@
 /*
  * sqlite_sync.c — the SQLite store's durability pipeline (see sqlite_sync.h):
- * the writer's batches, the syncers that fdatasync the WAL, and the wait of
+ * the writer's batches, the syncer that fdatasyncs the WAL, and the wait of
  * a read for what it saw to be durable.
  */
 #include "store/sqlite_sync.h"
@@ -38,59 +38,43 @@ static int sync_wal(int fd, char *why, size_t whylen)
     return ONCE_OK;
 }
 
-/* Finishes, in commit order, every batch known durable (or failed). One
- * syncer at a time does it; one that finds another at it leaves the rest
- * to it, which looks again before it stops. Called and returns with mu
- * held. */
-static void finish_ready(sq_sync *y)
-{
-    while (!y->finishing && y->finished < atomic_load(&y->durable)) {
-        uint64_t from = y->finished + 1, to = atomic_load(&y->durable);
-        int failed = atomic_load(&y->failed);
-        y->finishing = 1;
-        pthread_mutex_unlock(&y->mu);
-        for (uint64_t k = from; k <= to; k++)
-            y->finish(y->finish_ctx, &y->ring[(k - 1) % SQ_SYNC_DEPTH], failed, y->why);
-        pthread_mutex_lock(&y->mu);
-        y->finished = to;
-        y->finishing = 0;
-        pthread_cond_signal(&y->slot_cv);
-    }
-}
-
-/* Claims every batch committed and not yet covered, makes them durable
- * with one fdatasync, then finishes what is durable. A failed fdatasync
- * leaves the page cache in a state nobody can know (the kernel may have
- * dropped the dirty pages, and a second fdatasync would not say so), so
- * it fails those batches and, sticky, every later one: the store must be
- * reopened. */
+/* Takes every batch committed since the last round, makes them durable
+ * with one fdatasync, then finishes them in commit order (readers may go
+ * on as soon as durable moves, before the callbacks run). A failed
+ * fdatasync leaves the page cache in a state nobody can know (the kernel
+ * may have dropped the dirty pages, and a second fdatasync would not say
+ * so), so it fails those batches and, sticky, every later one: the store
+ * must be reopened. */
 static void *syncer_main(void *arg)
 {
-    sq_syncer *me = arg;
-    sq_sync *y = me->y;
+    sq_sync *y = arg;
     pthread_setname_np(pthread_self(), "once-sync");
     pthread_mutex_lock(&y->mu);
     for (;;) {
-        if (y->committed == y->claimed) {
+        uint64_t from = atomic_load(&y->durable), to = y->committed;
+        if (to == from) {
             if (y->stop)
                 break;
             pthread_cond_wait(&y->work_cv, &y->mu);
             continue;
         }
-        uint64_t target = y->committed;
-        y->claimed = target;
         pthread_mutex_unlock(&y->mu);
         char why[sizeof y->why] = "";
-        int rc = atomic_load(&y->failed) ? ONCE_OK : sync_wal(me->fd, why, sizeof why);
+        int rc = atomic_load(&y->failed) ? ONCE_OK : sync_wal(y->fd, why, sizeof why);
         pthread_mutex_lock(&y->mu);
-        if (rc < 0 && !atomic_load(&y->failed)) {
-            memcpy(y->why, why, sizeof why);
+        if (rc < 0) {
+            memcpy(y->why, why, sizeof why); /* before the flag that publishes it */
             atomic_store(&y->failed, 1);
         }
-        if (target > atomic_load(&y->durable))
-            atomic_store(&y->durable, target);
+        atomic_store(&y->durable, to);
         pthread_cond_broadcast(&y->durable_cv);
-        finish_ready(y);
+        int failed = atomic_load(&y->failed);
+        pthread_mutex_unlock(&y->mu);
+        for (uint64_t k = from + 1; k <= to; k++)
+            y->finish(y->finish_ctx, &y->ring[(k - 1) % SQ_SYNC_DEPTH], failed, y->why);
+        pthread_mutex_lock(&y->mu);
+        y->finished = to;
+        pthread_cond_signal(&y->slot_cv);
     }
     pthread_mutex_unlock(&y->mu);
     return NULL;
@@ -101,24 +85,19 @@ int sq_sync_open(sq_sync *y, const char *wal_path, sq_finish_fn finish, void *ct
     memset(y, 0, sizeof *y);
     y->finish = finish;
     y->finish_ctx = ctx;
-    for (int i = 0; i < SQ_SYNCERS; i++)
-        y->syncers[i].fd = -1;
+    y->fd = -1;
     if (pthread_mutex_init(&y->mu, NULL) != 0)
-        return once_fail(ONCE_ENOMEM, "store: cannot make the syncers' lock");
+        return once_fail(ONCE_ENOMEM, "store: cannot make the syncer's lock");
     pthread_cond_init(&y->work_cv, NULL);
     pthread_cond_init(&y->slot_cv, NULL);
     pthread_cond_init(&y->durable_cv, NULL);
     y->ready = 1;
-    for (int i = 0; i < SQ_SYNCERS; i++) {
-        sq_syncer *me = &y->syncers[i];
-        me->y = y;
-        me->fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (me->fd < 0)
-            return once_fail(ONCE_ESTORE, "store: cannot open %s: %s", wal_path, strerror(errno));
-        if (pthread_create(&me->thread, NULL, syncer_main, me) != 0)
-            return once_fail(ONCE_ENOMEM, "store: cannot start a syncer thread");
-        me->started = 1;
-    }
+    y->fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (y->fd < 0)
+        return once_fail(ONCE_ESTORE, "store: cannot open %s: %s", wal_path, strerror(errno));
+    if (pthread_create(&y->thread, NULL, syncer_main, y) != 0)
+        return once_fail(ONCE_ENOMEM, "store: cannot start the syncer thread");
+    y->started = 1;
     return ONCE_OK;
 }
 
@@ -130,15 +109,12 @@ void sq_sync_close(sq_sync *y)
     y->stop = 1;
     pthread_cond_broadcast(&y->work_cv);
     pthread_mutex_unlock(&y->mu);
-    for (int i = 0; i < SQ_SYNCERS; i++) {
-        sq_syncer *me = &y->syncers[i];
-        if (me->started)
-            pthread_join(me->thread, NULL);
-        if (me->fd >= 0)
-            close(me->fd);
-        me->started = 0;
-        me->fd = -1;
-    }
+    if (y->started)
+        pthread_join(y->thread, NULL);
+    if (y->fd >= 0)
+        close(y->fd);
+    y->started = 0;
+    y->fd = -1;
     pthread_cond_destroy(&y->durable_cv);
     pthread_cond_destroy(&y->slot_cv);
     pthread_cond_destroy(&y->work_cv);

@@ -4,13 +4,11 @@
  * covers them, and only then are their operations finished.
  *
  * The writer commits with synchronous=NORMAL (in WAL mode: commits
- * unsynced, checkpoints synced) and goes on with the next batch. Syncer
- * threads, each with its own descriptor of PATH-wal, fdatasync it: a sync
- * covers every batch committed before it began; with more than one, a sync
- * can start for the batches committed while another waits on the disk.
- * Batches are finished in the order they were committed. One syncer: two
- * measured no faster on the gateway's benchmark (bench/proxy.sh), although
- * the disk alone serves two concurrent flushes faster than two in a row.
+ * unsynced, checkpoints synced) and goes on with the next batch. The
+ * syncer thread, with its own descriptor of PATH-wal, fdatasyncs it: one
+ * sync covers every batch committed before it began, and the batches are
+ * finished in the order they were committed. (Two syncers, a sync starting
+ * while another waits on the disk, measured no faster on bench/proxy.sh.)
  */
 #ifndef ONCE_STORE_SQLITE_SYNC_H
 #define ONCE_STORE_SQLITE_SYNC_H
@@ -29,9 +27,8 @@
  * ~700 of ~19 at depth 2, bench/proxy.sh), each commit rewriting the same
  * shared pages into the WAL: more CPU per request for the same rate. */
 #define SQ_SYNC_DEPTH 2
-#define SQ_SYNCERS 1 /* see above */
 
-/* A batch between the writer and the syncers. */
+/* A batch between the writer and the syncer. */
 typedef struct sq_batch {
     bq_item *items[SQ_BATCH_MAX];
     size_t n;
@@ -39,18 +36,8 @@ typedef struct sq_batch {
 } sq_batch;
 
 /* Finishes batch b once it is durable (failed: 0), or once it cannot be
- * (failed: 1, why says so): wakes its callers. Runs on a syncer thread. */
+ * (failed: 1, why says so): wakes its callers. Runs on the syncer thread. */
 typedef void (*sq_finish_fn)(void *ctx, sq_batch *b, int failed, const char *why);
-
-/* One syncer thread and its own descriptor of the WAL: each descriptor
- * learns of a failed writeback for itself (an error reported through one
- * is not reported again through the same descriptor). */
-typedef struct sq_syncer {
-    struct sq_sync *y;
-    int fd;
-    pthread_t thread;
-    int started;
-} sq_syncer;
 
 /* Batch number k (from 1) sits in ring[(k - 1) % SQ_SYNC_DEPTH] from the
  * writer's sq_sync_slot until it is finished. */
@@ -59,29 +46,29 @@ typedef struct sq_sync {
     sq_finish_fn finish;
     void *finish_ctx;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;    /* syncers: a batch committed, or stop */
+    pthread_cond_t work_cv;    /* the syncer: a batch committed, or stop */
     pthread_cond_t slot_cv;    /* the writer: a slot came free */
     pthread_cond_t durable_cv; /* readers: durable moved, or a failure */
     uint64_t taken;            /* batches given a slot (writer thread only) */
     uint64_t committed;        /* batches committed (under mu) */
-    uint64_t claimed;          /* batches some syncer's fdatasync covers, begun or done (under mu) */
     uint64_t finished;         /* batches finished (under mu) */
-    int finishing;             /* a syncer is finishing batches (under mu) */
     _Atomic uint64_t visible;  /* the newest batch readers may see (its COMMIT has begun) */
     _Atomic uint64_t durable;  /* every batch up to this one is on disk */
     _Atomic int failed;        /* sticky: an fdatasync failed */
     char why[160];             /* written once, before failed is set */
     int stop;
     int ready;                 /* mu and the condition variables are initialised */
-    sq_syncer syncers[SQ_SYNCERS];
+    int fd;                    /* the syncer's own descriptor of the WAL; -1 */
+    pthread_t thread;
+    int started;
 } sq_sync;
 
-/* Opens a descriptor of wal_path for each syncer and starts them; finish
- * is called for each batch. 0, or a negative ONCE_E* (then sq_sync_close). */
+/* Opens the syncer's descriptor of wal_path and starts it; finish is
+ * called for each batch. 0, or a negative ONCE_E* (then sq_sync_close). */
 int sq_sync_open(sq_sync *y, const char *wal_path, sq_finish_fn finish, void *ctx);
 
 /* Finishes every batch committed (the writer has stopped), stops the
- * syncers, closes the descriptors. Safe on a half-open y. */
+ * syncer, closes its descriptor. Safe on a half-open y. */
 void sq_sync_close(sq_sync *y);
 
 /* The writer: the slot for its next batch, once one is free (at most
@@ -94,7 +81,7 @@ sq_batch *sq_sync_slot(sq_sync *y);
  * must not be run (sq_sync_commit it all the same; it will be failed). */
 int sq_sync_begin(sq_sync *y);
 
-/* The writer, after COMMIT (or its failure): the batch goes to the syncers. */
+/* The writer, after COMMIT (or its failure): the batch goes to the syncer. */
 void sq_sync_commit(sq_sync *y);
 
 /* A read that will answer a caller, after it read: waits until every
