@@ -1,6 +1,7 @@
 /*
  * util.c — small utilities of libonce: clock, copies, tokens, fingerprints.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,14 +31,39 @@ void *once_memdup0(const void *src, size_t n)
     return p;
 }
 
+/* Each thread draws token bytes from the CSPRNG 16 tokens at a time: one
+ * RAND_bytes per reservation cost a getpid() (OpenSSL's fork check) and a
+ * DRBG round trip per request on the hot path. A forked child starts with
+ * an empty buffer, so parent and child never hand out the same bytes. */
+#define TOKEN_RAW (ONCE_TOKEN_LEN / 2)
+static _Thread_local unsigned char token_pool[16 * TOKEN_RAW];
+static _Thread_local size_t token_left;
+static pthread_once_t token_once = PTHREAD_ONCE_INIT;
+
+static void token_pool_forget(void)
+{
+    token_left = 0;
+}
+
+static void token_pool_init(void)
+{
+    pthread_atfork(NULL, NULL, token_pool_forget);
+}
+
 /* Tokens fence attempts against each other, and anyone holding one can
  * complete the action, so they come from the CSPRNG, not from rand(). */
 int once_token_new(char out[ONCE_TOKEN_LEN + 1])
 {
-    unsigned char raw[ONCE_TOKEN_LEN / 2];
-    if (RAND_bytes(raw, (int)sizeof raw) != 1)
-        return once_fail(ONCE_ESTORE, "token: the random generator failed");
-    hex_encode(raw, sizeof raw, out);
+    pthread_once(&token_once, token_pool_init);
+    if (token_left == 0) {
+        if (RAND_bytes(token_pool, (int)sizeof token_pool) != 1)
+            return once_fail(ONCE_ESTORE, "token: the random generator failed");
+        token_left = sizeof token_pool;
+    }
+    token_left -= TOKEN_RAW;
+    unsigned char *raw = token_pool + token_left;
+    hex_encode(raw, TOKEN_RAW, out);
+    memset(raw, 0, TOKEN_RAW); /* handed out: not kept for a later reader of this memory */
     return ONCE_OK;
 }
 

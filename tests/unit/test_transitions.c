@@ -4,6 +4,10 @@
  */
 #include "helpers.h"
 
+#include <sys/wait.h>
+
+#include "ledger/store.h"
+
 #define S "pay"
 #define DAY_MS (24LL * 3600 * 1000)
 
@@ -903,9 +907,47 @@ static void test_replays_from_memory_match_the_store(void **state)
 #define M(f) cmocka_unit_test_setup_teardown(f, th_setup_mem, th_teardown)
 /* P(f): f on a PostgreSQL schema of its own (helpers.h; skipped without ONCE_TEST_PG_URL). */
 
+/* Tokens come from a per-thread buffer of CSPRNG bytes: each is fresh,
+ * and a forked child never hands out the bytes its parent will. Without
+ * the fork hook the child's first token is the parent's next one. */
+static void test_tokens_unique_across_fork(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    char seen[N][ONCE_TOKEN_LEN + 1];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(once_token_new(seen[i]), ONCE_OK);
+        assert_true(th_is_hex_token(seen[i]));
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(seen[i], seen[j]);
+    }
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char t[ONCE_TOKEN_LEN + 1];
+        int ok = once_token_new(t) == ONCE_OK && write(fds[1], t, sizeof t) == (ssize_t)sizeof t;
+        _exit(ok ? 0 : 1);
+    }
+    close(fds[1]);
+    char child[ONCE_TOKEN_LEN + 1];
+    assert_int_equal(read(fds[0], child, sizeof child), (ssize_t)sizeof child);
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 16; i++) {
+        char mine[ONCE_TOKEN_LEN + 1];
+        assert_int_equal(once_token_new(mine), ONCE_OK);
+        assert_string_not_equal(mine, child);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokens_unique_across_fork),
         T(test_reserve_fresh),
         P(test_reserve_fresh),
         T(test_complete),
