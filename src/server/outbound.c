@@ -33,6 +33,11 @@
 
 #define HEADERS_MAX (256u * 1024)
 
+/* Easy handles kept for reuse: curl_easy_init allocates and zeroes tens
+ * of KB per handle (the handle and its receive buffer), once per call
+ * before; a reset handle keeps them. Enough for the calls of a burst. */
+#define OB_IDLE_MAX 128
+
 struct outbound {
     CURLM *multi;
     pthread_t thread;
@@ -48,6 +53,8 @@ struct outbound {
     int wakefd;              /* eventfd: a call queued, a stream to resume, the stop */
     long timer_ms;           /* curl's timer: -1 none (outbound thread only) */
     double timer_at;         /* when it is due, clock_mono_seconds */
+    CURL *idle[OB_IDLE_MAX]; /* easy handles reset for the next call (outbound thread only) */
+    size_t nidle;
 };
 
 /* Per-transfer state that only the outbound thread touches. */
@@ -257,6 +264,10 @@ static int transfer_setup(transfer *t)
      * taken away. */
     bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
+    /* A reused handle would otherwise resume a TLS session another
+     * upstream's call (another client certificate) began on the same
+     * host and port. */
+    bad |= curl_easy_setopt(e, CURLOPT_SSL_SESSIONID_CACHE, 0L) != CURLE_OK;
     if (c->ca_file) {
         /* The upstream's CA, and only it: the system's CA directory is
          * left out too. */
@@ -292,10 +303,17 @@ static out_kind classify_failure(const transfer *t, CURLcode rc)
     return t->sends > 0 ? OUT_AMBIGUOUS : OUT_NOT_SENT;
 }
 
-static void transfer_free(transfer *t)
+/* A reset handle forgets every option of its last call (URL, headers,
+ * client certificate, the pointers into t), so nothing of one call reaches
+ * the next; what it keeps are allocations. */
+static void transfer_free(outbound *ob, transfer *t)
 {
-    if (t->easy)
+    if (t->easy && ob->nidle < OB_IDLE_MAX) {
+        curl_easy_reset(t->easy);
+        ob->idle[ob->nidle++] = t->easy;
+    } else if (t->easy) {
         curl_easy_cleanup(t->easy);
+    }
     curl_slist_free_all(t->slist);
     json_decref(t->headers);
     free(t);
@@ -335,7 +353,7 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
         ob->active = t->next;
     if (t->next)
         t->next->prev = t->prev;
-    transfer_free(t);
+    transfer_free(ob, t);
     pthread_mutex_lock(&ob->mu);
     ob->in_flight--;
     pthread_mutex_unlock(&ob->mu);
@@ -348,7 +366,7 @@ static void transfer_start(outbound *ob, out_call *c)
     if (t) {
         t->call = c;
         t->t0 = clock_mono_seconds();
-        t->easy = curl_easy_init();
+        t->easy = ob->nidle ? ob->idle[--ob->nidle] : curl_easy_init();
         t->headers = json_array();
     }
     if (!t || !t->easy || !t->headers || transfer_setup(t) < 0 ||
@@ -356,7 +374,7 @@ static void transfer_start(outbound *ob, out_call *c)
         c->kind = OUT_NOT_SENT;
         snprintf(c->error, sizeof c->error, "cannot set up the upstream call (out of memory)");
         if (t)
-            transfer_free(t);
+            transfer_free(ob, t);
         pthread_mutex_lock(&ob->mu);
         ob->in_flight--;
         pthread_mutex_unlock(&ob->mu);
@@ -490,6 +508,7 @@ static void *outbound_main(void *arg)
             ob->nqueue -= n;
         }
         int stop = ob->stop && ob->nqueue == 0;
+        int left = ob->nqueue > 0; /* more than one round takes: no wake is due for them */
         pthread_mutex_unlock(&ob->mu);
         for (size_t i = 0; i < n; i++)
             transfer_start(ob, batch[i]);
@@ -501,7 +520,7 @@ static void *outbound_main(void *arg)
                 transfer_finish(ob, ob->active, CURLE_ABORTED_BY_CALLBACK, 1);
             break;
         }
-        int ready = epoll_wait(ob->epfd, evs, (int)(sizeof evs / sizeof evs[0]), wait_ms);
+        int ready = epoll_wait(ob->epfd, evs, (int)(sizeof evs / sizeof evs[0]), left ? 0 : wait_ms);
         for (int i = 0; i < ready; i++) {
             if (evs[i].data.fd == ob->wakefd) {
                 uint64_t v;
@@ -572,6 +591,8 @@ void outbound_free(outbound *ob)
 {
     if (!ob)
         return;
+    while (ob->nidle)
+        curl_easy_cleanup(ob->idle[--ob->nidle]);
     curl_multi_cleanup(ob->multi);
     close(ob->epfd);
     close(ob->wakefd);
@@ -604,10 +625,15 @@ int outbound_submit(outbound *ob, out_call *call)
         ob->queue = q;
         ob->capqueue = cap;
     }
+    /* The thread takes the queue whole before it waits again, so only the
+     * call that finds it empty need wake it: the syncer finishing a batch
+     * of reservations makes one eventfd write, not one per call. */
+    int wake = ob->nqueue == 0;
     ob->queue[ob->nqueue++] = call;
     ob->in_flight++;
     pthread_mutex_unlock(&ob->mu);
-    outbound_wake(ob);
+    if (wake)
+        outbound_wake(ob);
     return ONCE_OK;
 }
 

@@ -140,6 +140,27 @@ def test_mutual_tls_with_a_client_certificate(gateway, pki, mtls_provider):
     assert_completed(gw, mtls_provider)
 
 
+def test_a_reused_handle_does_not_carry_a_client_certificate(gateway, pki, mtls_provider):
+    """The gateway reuses curl handles from call to call. Two upstreams on the same mTLS
+    provider, one with a client certificate and one without: after calls through the first,
+    a call through the second must reach the provider without any certificate (no handle
+    option, connection or resumed TLS session of the first carried over), so the provider
+    acts on nothing more."""
+    gw = gateway(upstreams={
+        "withcert": {"url": mtls_provider.url, "ca_file": pki.ca_cert,
+                     "tls_cert": pki.client_cert, "tls_key": pki.client_key},
+        "nocert": {"url": mtls_provider.url, "ca_file": pki.ca_cert}})
+    for _ in range(3):
+        key, r = charge(gw, "withcert")
+        assert r.status_code == 200 and outcome(r) == "completed", describe(r)
+    assert mtls_provider.count() == 3
+    key, r = charge(gw, "nocert")
+    assert outcome(r) != "completed", describe(r)
+    assert mtls_provider.count() == 3, "a call without a client certificate was accepted by the provider"
+    key, r = charge(gw, "withcert")
+    assert r.status_code == 200 and outcome(r) == "completed", describe(r)
+
+
 def test_mutual_tls_without_a_client_certificate(gateway, pki, mtls_provider):
     """The same upstream without tls_cert/tls_key: the provider refuses the connection and
     acts on nothing. Under TLS 1.3 the server checks the client's certificate only after
