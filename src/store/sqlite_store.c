@@ -62,6 +62,7 @@ typedef struct sq_store {
     pthread_cond_t ckpt_cv;
     int ckpt_stop;
     int ckpt_wanted;
+    int ckpt_waiting;       /* the checkpointer waits for work, not out its pace (under ckpt_mu) */
     pthread_t ckpt_thread;
     int ckpt_started;
     int64_t wal_limit;      /* past this, a checkpoint restarts and truncates the WAL (under ckpt_mu) */
@@ -239,10 +240,14 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
         s->trunc_wanted = 1;
         return SQLITE_OK;
     }
+    /* While the checkpointer sits out its pace, a wake-up would only send
+     * it back to sleep: under load that was one futex call on the commit
+     * path and one context switch per commit (~650/s). */
     if (pages >= CHECKPOINT_PAGES) {
         pthread_mutex_lock(&s->ckpt_mu);
         s->ckpt_wanted = 1;
-        pthread_cond_signal(&s->ckpt_cv);
+        if (s->ckpt_waiting)
+            pthread_cond_signal(&s->ckpt_cv);
         pthread_mutex_unlock(&s->ckpt_mu);
     }
     return SQLITE_OK;
@@ -311,7 +316,9 @@ static void *ckpt_main(void *arg)
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted) {
+            s->ckpt_waiting = 1;
             clock_cond_wait_ms(&s->ckpt_cv, &s->ckpt_mu, 1000);
+            s->ckpt_waiting = 0;
             if (s->ckpt_stop)
                 break;
         }
