@@ -4,9 +4,9 @@ The outbound thread waits in epoll on the sockets curl names and keeps
 connections to an upstream open between calls. An upstream that closes an
 idle connection must neither make the gateway spin on the closed socket nor
 cost the next call anything: it is sent once, on a new connection, and
-completes. (Written with issue 19, against an epoll change that left idle
-connections in the set: with their wake-up on close mishandled, once burnt a
-core while idle.)
+completes. (Issue 19 tried leaving idle connections in the epoll set: with
+the wake-up of one closed by its peer mishandled, once burnt a core while
+idle. That change saved too little to keep; the test stays.)
 
 Run: ONCE_BIN=build/asan/once /usr/bin/python3 -m pytest -q tests/integration/test_upstream_connections.py
 """
