@@ -34,7 +34,7 @@
 #define HEADERS_MAX (256u * 1024)
 
 /* Easy handles kept for reuse: curl_easy_init allocates and zeroes tens
- * of KB per handle (the handle and its receive buffer), once per call
+ * of KB per handle (the handle and its 16 KiB receive buffer), once per call
  * before; a reset handle keeps them. Enough for the calls of a burst. */
 #define OB_IDLE_MAX 128
 
