@@ -233,24 +233,29 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     sq_store *s = arg;
     (void)db;
     (void)name;
-    pthread_mutex_lock(&s->ckpt_mu);
-    int64_t limit = s->wal_limit;
-    pthread_mutex_unlock(&s->ckpt_mu);
-    if (s->frame_bytes > 0 && (int64_t)pages * s->frame_bytes > limit) {
-        s->trunc_wanted = 1;
-        return SQLITE_OK;
-    }
     /* While the checkpointer sits out its pace, a wake-up would only send
      * it back to sleep: under load that was one futex call on the commit
      * path and one context switch per commit (~650/s). */
-    if (pages >= CHECKPOINT_PAGES) {
-        pthread_mutex_lock(&s->ckpt_mu);
+    pthread_mutex_lock(&s->ckpt_mu);
+    if (s->frame_bytes > 0 && (int64_t)pages * s->frame_bytes > s->wal_limit) {
+        s->trunc_wanted = 1;
+    } else if (pages >= CHECKPOINT_PAGES) {
         s->ckpt_wanted = 1;
         if (s->ckpt_waiting)
             pthread_cond_signal(&s->ckpt_cv);
-        pthread_mutex_unlock(&s->ckpt_mu);
     }
+    pthread_mutex_unlock(&s->ckpt_mu);
     return SQLITE_OK;
+}
+
+/* One checkpoint on db, the writer's or the checkpointer's connection:
+ * they take turns (a second checkpoint while one runs fails at once). */
+static int ckpt_pass(sq_store *s, sqlite3 *db, int mode, int *frames, int *copied)
+{
+    pthread_mutex_lock(&s->ckpt_run_mu);
+    int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
+    pthread_mutex_unlock(&s->ckpt_run_mu);
+    return rc;
 }
 
 /* The writer's own checkpoint, after the COMMIT that asked for it returned:
@@ -270,9 +275,7 @@ static void wal_checkpoint(sq_store *s, int mode)
 {
     s->trunc_wanted = 0;
     int frames = 0, copied = 0;
-    pthread_mutex_lock(&s->ckpt_run_mu);
-    int rc = sqlite3_wal_checkpoint_v2(s->writer.db, NULL, mode, &frames, &copied);
-    pthread_mutex_unlock(&s->ckpt_run_mu);
+    int rc = ckpt_pass(s, s->writer.db, mode, &frames, &copied);
     if (mode == SQLITE_CHECKPOINT_PASSIVE && (rc != SQLITE_OK || copied < frames))
         atomic_store(&s->restart_wanted, 1);
 }
@@ -289,15 +292,6 @@ static int sq_wal_bytes(const sq_store *s, int64_t *out)
     else if (errno != ENOENT)
         return once_fail(ONCE_ESTORE, "store: cannot stat %s: %s", s->wal_path, strerror(errno));
     return ONCE_OK;
-}
-
-/* One checkpoint of the checkpointer's; the writer's and its take turns. */
-static int ckpt_pass(sq_store *s, sqlite3 *db, int mode, int *frames, int *copied)
-{
-    pthread_mutex_lock(&s->ckpt_run_mu);
-    int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
-    pthread_mutex_unlock(&s->ckpt_run_mu);
-    return rc;
 }
 
 static void *ckpt_main(void *arg)

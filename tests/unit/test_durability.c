@@ -19,6 +19,8 @@
  */
 #include "helpers.h"
 
+#include "common/clock.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -385,13 +387,6 @@ static void test_open_through_symlink(void **state)
 }
 
 #ifdef ONCE_FAULT_INJECTION
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 typedef struct reserver {
     once_store *st;
     double done_at;
@@ -405,7 +400,7 @@ static void *reserve_main(void *arg)
     once_reservation res;
     memset(&res, 0, sizeof res);
     r->rc = once_reserve(r->st, &req, &res);
-    r->done_at = mono_now();
+    r->done_at = clock_mono_seconds();
     once_reservation_free(&res);
     return NULL;
 }
@@ -422,16 +417,16 @@ static void test_read_waits_for_sync(void **state)
     setenv("ONCE_FAULT_DELAY", "before_sync:400", 1);
     reserver r = {.st = e->st};
     pthread_t t;
-    double t0 = mono_now();
+    double t0 = clock_mono_seconds();
     assert_int_equal(pthread_create(&t, NULL, reserve_main, &r), 0);
     double found_at = 0;
-    while (mono_now() - t0 < 5) {
+    while (clock_mono_seconds() - t0 < 5) {
         once_action a;
         memset(&a, 0, sizeof a);
         int rc = once_get(e->st, S, "slow", &a);
         once_action_free(&a);
         if (rc == ONCE_OK) {
-            found_at = mono_now();
+            found_at = clock_mono_seconds();
             break;
         }
         assert_int_equal(rc, ONCE_ENOTFOUND);
