@@ -236,7 +236,8 @@ typedef struct once_reserve_req {
                                  or HELD row is reserved again (attempt + 1), since
                                  resending with the same key cannot act twice */
     /* Optional, instead of request/request_len: describes the request only
-     * when the row must be written. A replay or a conflict answered by a read
+     * when the reservation may be written. A replay answered from the
+     * replay cache, or a replay or conflict answered by a read (PostgreSQL),
      * never calls it, so a server does not build the metadata of a request it
      * only replays. Called at most once per once_reserve(_async) call, on the
      * calling thread, before anything is queued; it points *data and *len at
@@ -583,11 +584,11 @@ ONCE_API int once_event_sweep(once_store *store, int64_t now, size_t *count);
  * the arguments are refused (cb will not run). */
 
 /* As once_reserve. Returns 1 when the answer needed no write: a completed
- * outcome from the ledger's replay cache, or one indexed read (COMPLETED,
- * IN_FLIGHT, UNKNOWN, HELD); *out is filled and cb will not run. 0 when
- * queued: *out is filled before cb runs. An in-memory store has no read
- * connections: unless its replay cache answers, it queues (returns 0) and
- * answers through cb. */
+ * outcome from the ledger's replay cache, or (PostgreSQL) one indexed read
+ * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD); *out is filled and cb will not run.
+ * 0 when queued: *out is filled before cb runs. SQLite stores queue every
+ * reservation the replay cache does not answer, and their writer answers
+ * (docs/ledger.md); a COMPLETED answer it gives is cached for the next. */
 ONCE_API int once_reserve_async(once_store *store, const once_reserve_req *req, once_reservation *out, once_cb cb,
                        void *ctx);
 ONCE_API int once_complete_async(once_store *store, const char *scope, const char *key, const char *token,

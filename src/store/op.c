@@ -7,6 +7,7 @@
 #include "store/op.h"
 
 #include "common/check.h"
+#include "ledger/replay_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,13 @@ int store_op_submit_wait(batchq *q, store_op *op)
 static void op_async_done(bq_item *item)
 {
     store_op *op = (store_op *)item;
+    /* The writer answered a replay: its batch has committed (and, on SQLite,
+     * been synced) before this runs, so the outcome is durable, and a
+     * COMPLETED one never changes. The next replay of the key is answered
+     * from memory, before any store is asked (ledger.c). A waiting caller's
+     * answer the ledger caches itself. */
+    if (op->kind == OP_RESERVE && op->rc >= 0 && op->replay && op->res->status == ONCE_COMPLETED)
+        replay_cache_put(op->replay, &op->res->action);
     op->cb(op->cb_ctx, op->rc, op->rc < 0 ? op->detail : "");
     free(op);
 }
@@ -184,6 +192,7 @@ int store_queue_reserve(once_store *s, store_op *op, once_reserve_req *req, once
     if (req->approval_ttl_ms <= 0 && (rc = once_token_new(token)) < 0)
         return rc;
     op->token = token;
+    op->replay = s->replay;
     return store_queue_op(s, op, cb, ctx);
 }
 

@@ -83,6 +83,7 @@ typedef struct store_op {
      * ledger passed on its stack. */
     once_cb cb;
     void *cb_ctx;
+    struct replay_cache *replay; /* OP_RESERVE: the ledger's, filled with a COMPLETED answer */
     once_reserve_req rreq_copy;
     once_event_in ev_in_copy;
     char token_buf[ONCE_TOKEN_LEN + 1];

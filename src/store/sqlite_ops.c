@@ -473,25 +473,6 @@ static int reserve_answer(sqlite3_stmt *st, const row_head *h, store_op *op)
     return 1;
 }
 
-int sq_reserve_read(sq_conn *c, store_op *op)
-{
-    sqlite3_stmt *st;
-    int found = row_find(c, op, &st);
-    int answered = found < 0;
-    if (found == 1) {
-        row_head h;
-        if (head_read(st, &h) < 0) {
-            store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
-            answered = 1;
-        } else {
-            answered = reserve_answer(st, &h, op);
-        }
-    }
-    if (st)
-        sq_done(st);
-    return answered;
-}
-
 /* Moves the row to state to (asserted against the machine) with text as its
  * error (ST_SET_STATE says how) and expires_at; what names the write. 0, or
  * -1 with op failed. */

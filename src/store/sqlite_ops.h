@@ -74,13 +74,6 @@ void sq_conn_close(sq_conn *c);
  * whatever transaction c has open. */
 void sq_op_run(sq_conn *c, store_op *op);
 
-/* The read-only part of a reservation: answers op from the row as it is
- * (COMPLETED, IN_FLIGHT, UNKNOWN, HELD, AWAITING_APPROVAL, DENIED) and
- * returns 1, or returns 0 when the reservation needs the writer (no row,
- * released, expired). On error sets op->rc and returns 1. */
-int sq_reserve_read(sq_conn *c, store_op *op);
-
-
 /* ---- shared by the operation files ---- */
 
 /* The statement in *slot, prepared from sql on first use; NULL (op failed)

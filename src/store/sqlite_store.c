@@ -431,33 +431,19 @@ static sq_store *sq(once_store *s)
     return (sq_store *)s;
 }
 
+/* A reservation goes to the writer, never to a pooled read first: the
+ * writer's insert finds an existing row through its own page cache, while a
+ * pooled read took a WAL read lock (fcntl, and the VFS mutex another thread
+ * often held) and read the index's newest pages back from the WAL, about
+ * two syscalls and a read transaction per new key on an HTTP thread, to
+ * answer the few that were not new. A replay is answered from the ledger's
+ * replay cache from its second time on (op.c fills it); a conflict
+ * is answered after the writer's batch. */
 static int sqs_reserve(once_store *st, const once_reserve_req *req, int64_t now, once_reservation *out, once_cb cb,
                        void *ctx)
 {
-    sq_store *s = sq(st);
     once_reserve_req rq = *req; /* request_fn is resolved into it below */
     store_op op = {.kind = OP_RESERVE, .now = now, .scope = req->scope, .key = req->key, .rreq = &rq, .res = out};
-    /* A replay or a conflict is decided by one indexed read, without the
-     * writer and without an fsync. */
-    if (!s->memory) {
-        sq_conn *c;
-        int rc = pool_get(s, &c);
-        if (rc < 0)
-            return rc;
-        op.rc = ONCE_ESTORE;
-        op.detail[0] = '\0';
-        int answered = sq_reserve_read(c, &op);
-        pool_put(s, c);
-        if (answered && !(op.rc >= 0 && read_must_queue(s, cb))) {
-            if (op.rc >= 0 && (rc = read_durable(s)) < 0) {
-                once_reservation_free(out);
-                return rc;
-            }
-            rc = store_op_result(&op);
-            return cb && rc == ONCE_OK ? 1 : rc;
-        }
-        once_reservation_free(out);
-    }
     return store_queue_reserve(st, &op, &rq, cb, ctx);
 }
 

@@ -49,6 +49,15 @@ typedef struct th_env {
     once_store *st;
 } th_env;
 
+/* 1 when the store answers a reservation of an existing row with a read,
+ * without its writer (PostgreSQL). SQLite sends every reservation to its
+ * writer (store/sqlite_store.c, sqs_reserve); a COMPLETED answer is then
+ * replayed from the ledger's replay cache. */
+static inline int th_reserve_reads(const th_env *e)
+{
+    return e->kind == TH_PG;
+}
+
 static inline int th_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
