@@ -164,7 +164,7 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
     if (rc < 0)
         once_reservation_free(out);
     else if (store->replay && (rc == 1 || !cb) && out->status == ONCE_COMPLETED)
-        replay_cache_put(store->replay, &out->action); /* answered here, not by a callback still to come */
+        replay_cache_put(store->replay, &out->action); /* an answer a callback brings, store/op.c caches */
     return rc;
 }
 

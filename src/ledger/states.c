@@ -78,8 +78,8 @@ once_state ledger_outcome_state(once_outcome outcome)
 }
 
 /* The rule once_reserve applies to a row it finds (the PostgreSQL store's
- * once_reserve function says it again in SQL): one home for the stores' reads
- * that answer without the writer. */
+ * once_reserve function says it again in SQL): one home for every answer
+ * from an existing row, SQLite's writer's and PostgreSQL's read's. */
 int ledger_decide_reservation(once_state state, int64_t lease_expires_at, int64_t expires_at, int64_t now,
                               int retry_unknown, once_reserve_status *status)
 {

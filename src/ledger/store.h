@@ -114,7 +114,7 @@ int ledger_transition_allowed(once_state from, once_state to);
 /* The state an outcome (resolve, reconcile) settles an action in. */
 once_state ledger_outcome_state(once_outcome outcome);
 
-/* Whether an existing row answers a reservation by itself, read outside any
+/* Whether an existing row answers a reservation by itself, without a
  * write: a completed outcome still retained, a lease still live, an unknown
  * or held action that must not be resent (retry_unknown off), an action
  * awaiting approval, or a denial still retained. 1 with *status set, or 0

@@ -277,13 +277,13 @@ static void test_reserve_async_released(void **state)
     cb_destroy(w);
 }
 
-/* ---- once_reserve_async: answers from a read -------------------------------- */
+/* ---- once_reserve_async: answers without a write ---------------------------- */
 
 /* Calls once_reserve_async on a row whose answer is want. On PostgreSQL one
  * indexed read answers: 1, *out filled, no callback ever. SQLite sends the
  * reservation to its writer: 0, then one callback with rc 0 and *out
  * filled; or 1 when the replay cache holds the COMPLETED answer. */
-static void reserve_async_expect_read(th_env *e, const once_reserve_req *req, once_reserve_status want)
+static void reserve_async_expect_answer(th_env *e, const once_reserve_req *req, once_reserve_status want)
 {
     cbrec *w = &g_rec[1];
     once_reservation *out = &g_out[1];
@@ -325,7 +325,7 @@ static void test_reserve_async_answered(void **state)
 
     once_reserve_req req = th_req(S, "done", 60000);
     req.fingerprint = "fp-a";
-    reserve_async_expect_read(e, &req, ONCE_COMPLETED);
+    reserve_async_expect_answer(e, &req, ONCE_COMPLETED);
     once_response resp = th_resp();
     assert_true(g_out[1].action.has_response);
     th_assert_response_eq(&g_out[1].action.response, &resp);
@@ -335,25 +335,25 @@ static void test_reserve_async_answered(void **state)
     once_reservation_free(&g_out[1]);
 
     req.fingerprint = "fp-b";
-    reserve_async_expect_read(e, &req, ONCE_COMPLETED);
+    reserve_async_expect_answer(e, &req, ONCE_COMPLETED);
     assert_int_equal(g_out[1].fingerprint_mismatch, 1);
     once_reservation_free(&g_out[1]);
 
     req = th_req(S, "busy", 60000);
-    reserve_async_expect_read(e, &req, ONCE_IN_FLIGHT);
+    reserve_async_expect_answer(e, &req, ONCE_IN_FLIGHT);
     assert_int_equal(g_out[1].lease_expires_at, before.lease_expires_at);
     assert_int_equal(g_out[1].attempt, 1);
     assert_int_equal(g_out[1].action.state, ONCE_STATE_PENDING);
     once_reservation_free(&g_out[1]);
 
     req = th_req(S, "unk", 60000);
-    reserve_async_expect_read(e, &req, ONCE_UNKNOWN);
+    reserve_async_expect_answer(e, &req, ONCE_UNKNOWN);
     assert_int_equal(g_out[1].action.state, ONCE_STATE_UNKNOWN);
     th_assert_str(g_out[1].action.error, "timeout");
     once_reservation_free(&g_out[1]);
 
     req = th_req(S, "held", 60000);
-    reserve_async_expect_read(e, &req, ONCE_HELD);
+    reserve_async_expect_answer(e, &req, ONCE_HELD);
     assert_int_equal(g_out[1].action.state, ONCE_STATE_HELD);
     assert_non_null(g_out[1].action.error);
     assert_non_null(strstr(g_out[1].action.error, "needs a human"));
@@ -381,7 +381,7 @@ static void test_reserve_async_replay_cached(void **state)
     mk_completed(e->st, "again", "fp-a");
     once_reserve_req req = th_req(S, "again", 60000);
     req.fingerprint = "fp-a";
-    reserve_async_expect_read(e, &req, ONCE_COMPLETED);
+    reserve_async_expect_answer(e, &req, ONCE_COMPLETED);
     once_reservation_free(&g_out[1]);
 
     cbrec *w = &g_rec[1];
