@@ -162,6 +162,8 @@ static const config_key config_mcp_keys[] = {
     {"retention", config_duration, MC(retention_ms), 1, ONCE_RETENTION_MAX_MS, NULL, 0, NULL},
     {"max_response", config_size, MC(max_response), 1, 0, "16MiB", 0, NULL},
     {"key.", config_tool_key, MC(tool_keys), 0, 0, NULL, CK_PREFIX | CK_REPEAT, NULL},
+    /* As the proxy's: template makes key.TOOL win over the agent's own key. */
+    {"key_source", config_word, MC(key_from_template), 0, 0, "header", 0, "header|template"},
     {"readonly", config_tools_list, MC(readonly), 0, 0, NULL, 0, NULL},
     {"approve", config_tools_list, MC(approve), 0, 0, NULL, 0, NULL},
     {"approve_ttl", config_duration, MC(approve_ttl_ms), 1, ONCE_APPROVAL_TTL_MAX_MS, "24h", 0, NULL},
@@ -169,7 +171,8 @@ static const config_key config_mcp_keys[] = {
 };
 
 /* One of url and command; header only for url; lease and retention from
- * [server] unless set; approve_ttl only with approve. */
+ * [server] unless set; approve_ttl only with approve; key_source =
+ * template only with a key.TOOL (else it would pin nothing). */
 static int config_mcp_finish(config_ctx *c, size_t i)
 {
     const once_config *cfg = c->cfg;
@@ -183,6 +186,9 @@ static int config_mcp_finish(config_ctx *c, size_t i)
                                                                                               "header_file"),
                               "[mcp.%s]: header applies to a url server (give a stdio server its secrets in its "
                               "environment)", u->name);
+    if (u->key_from_template && u->ntool_keys == 0)
+        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "key_source"),
+                              "key_source: template needs key.TOOL = TEMPLATE in [mcp.%s]", u->name);
     if (config_line(c, CONFIG_UPSTREAM, i, "lease") == 0)
         u->lease_ms = cfg->lease_ms;
     if (config_line(c, CONFIG_UPSTREAM, i, "retention") == 0)

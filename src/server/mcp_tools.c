@@ -183,9 +183,23 @@ static int key_copy(const char *v, char *out, size_t cap, char *err, size_t errl
     return 0;
 }
 
+/* The key from the tool's key.TOOL template over params. */
+static int key_from_template(const key_template *t, json_t *params, const key_source *hsrc, char *out, size_t cap,
+                             char *err, size_t errlen)
+{
+    key_source src = {.header = hsrc ? hsrc->header : NULL, .json = params, .ctx = hsrc ? hsrc->ctx : NULL};
+    return key_template_eval(t, &src, out, cap, err, errlen);
+}
+
 int mcp_call_key(const upstream_cfg *up, const char *tool, json_t *params, const char *hdr, const key_source *hsrc,
                  char *out, size_t cap, char *err, size_t errlen)
 {
+    const key_template *t = tool_template(up, tool);
+    /* key_source = template: the operator's rule, not the agent's key,
+     * says what one intent is (two keys for one order would be two
+     * charges). */
+    if (t && up->key_from_template)
+        return key_from_template(t, params, hsrc, out, cap, err, errlen);
     json_t *given = json_object_get(json_object_get(params, "_meta"), "idempotencyKey");
     if (given && !json_is_string(given)) {
         snprintf(err, errlen, "params._meta.idempotencyKey must be a string");
@@ -195,11 +209,8 @@ int mcp_call_key(const upstream_cfg *up, const char *tool, json_t *params, const
         return key_copy(json_string_value(given), out, cap, err, errlen, "params._meta.idempotencyKey");
     if (hdr)
         return key_copy(hdr, out, cap, err, errlen, "the Idempotency-Key header");
-    const key_template *t = tool_template(up, tool);
-    if (t) {
-        key_source src = {.header = hsrc ? hsrc->header : NULL, .json = params, .ctx = hsrc ? hsrc->ctx : NULL};
-        return key_template_eval(t, &src, out, cap, err, errlen);
-    }
+    if (t)
+        return key_from_template(t, params, hsrc, out, cap, err, errlen);
     char *canon = mcp_canonical_args(params);
     char hex[65];
     int rc = canon && digest_sha256_hex(canon, strlen(canon), hex) == 0 ? 0 : -2;

@@ -43,7 +43,9 @@ int mcp_tool_needs_approval(const upstream_cfg *up, mcp_tools *t, const char *to
 /* The key of a call (without the "TOOL:" prefix), in DESIGN §10's order:
  * params._meta.idempotencyKey, the Idempotency-Key header (hdr, may be
  * NULL), the tool's key.TOOL template over params (header fields from
- * hsrc), the sha256 of the canonical arguments. 0; -1 a template field is
+ * hsrc), the sha256 of the canonical arguments. Under key_source =
+ * template (up->key_from_template) a tool's template comes first, and the
+ * agent's keys are ignored for that tool. 0; -1 a template field is
  * missing (named in err); -2 no usable key (why in err). */
 int mcp_call_key(const upstream_cfg *up, const char *tool, json_t *params, const char *hdr, const key_source *hsrc,
                  char *out, size_t cap, char *err, size_t errlen);

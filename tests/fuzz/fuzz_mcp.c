@@ -13,7 +13,9 @@
  *    1..cap-1 bytes, -1 naming a template field, -2 with a reason; the same
  *    call twice gives the same answer; _meta.idempotencyKey, when a string
  *    that fits, is the key; without key, header or template the key is the
- *    sha256 of the canonical arguments;
+ *    sha256 of the canonical arguments; under key_source = template a
+ *    templated tool's key is the template's, whatever idempotencyKey or
+ *    header the agent sends;
  *  - arguments for mcp_canonical_args: JSON that parses back to equal
  *    arguments and canonicalizes to itself;
  *  - a final response for mcp_classify: a result object is completed;
@@ -40,6 +42,7 @@ static char *fz_readonly[] = {"search"};
 static char *fz_approve[] = {"refund"};
 static mcp_tool_key fz_keys[3];
 static upstream_cfg fz_up;   /* lists, templates, approve = destructive */
+static upstream_cfg fz_pinned; /* fz_up with key_source = template */
 static upstream_cfg fz_bare; /* no lists, no templates, approve = destructive */
 
 static void fz_init(void)
@@ -65,6 +68,8 @@ static void fz_init(void)
                            .approve_destructive = 1,
                            .tool_keys = fz_keys,
                            .ntool_keys = 3};
+    fz_pinned = fz_up;
+    fz_pinned.key_from_template = 1;
     fz_bare = (upstream_cfg){.name = "bare", .mcp = 1, .url = "http://127.0.0.1:9/mcp", .approve_destructive = 1};
 }
 
@@ -193,6 +198,20 @@ static void fz_call_key(json_t *params)
         strlen(json_string_value(given)) == json_string_length(given) &&
         (r1 != 0 || strcmp(k1, json_string_value(given)) != 0))
         __builtin_trap();
+    /* key_source = template: a templated tool's key is the template's; no
+     * key of the agent's changes it. */
+    int templated = 0;
+    for (size_t i = 0; i < fz_pinned.ntool_keys; i++)
+        templated |= strcmp(fz_pinned.tool_keys[i].tool, tool) == 0;
+    if (templated) {
+        char kp[256], kq[256];
+        int rp = fz_key(&fz_pinned, tool, params, hdr, &hsrc, kp, sizeof kp);
+        int rq = fz_key(&fz_pinned, tool, params, "another-agent-key", &hsrc, kq, sizeof kq);
+        if (rp != rq || (rp == 0 && strcmp(kp, kq) != 0))
+            __builtin_trap();
+        if (!given && !hdr && (rp != r1 || (rp == 0 && strcmp(kp, k1) != 0)))
+            __builtin_trap();
+    }
     /* Without a key, a header or a template: the hash of the canonical
      * arguments. */
     int rb = fz_key(&fz_bare, tool, params, NULL, NULL, k2, sizeof k2);

@@ -15,6 +15,8 @@ webhook source):
          `header = X-Api-Key: s3cret` injected          shop2  the same server, no header
   gated  the same server, approve = refund                quick  the same server, timeout = 2s
   local  the same server over stdio (command = node mcp_server.mjs --stdio ...)
+  pinned the same server, key.charge = order:{json:/arguments/order_id} with
+         key_source = template: one charge per order, whatever key the agent sends
   evil   ScriptedMcp below: a hand-written JSON-RPC 2.0 server on purpose, because the
          attacks need an upstream that (a) answers what a test tells it to (a 3xx redirect
          to the attacker, a result whose _meta claims once/ outcomes, an error message that
@@ -258,6 +260,8 @@ def env(tmp_path_factory):
         "shop2": {"url": e.sdk.url, "timeout": "20s"},
         "gated": {"url": e.sdk.url, "approve": "refund", "timeout": "20s"},
         "quick": {"url": e.sdk.url, "timeout": "2s"},
+        "pinned": {"url": e.sdk.url, "timeout": "20s", "key.charge": "order:{json:/arguments/order_id}",
+                   "key_source": "template"},
         "local": {"command": cmd, "timeout": "20s"},
         "evil": {"url": e.evil.url, "header": INJECTED, "approve": "charge", "timeout": "10s"},
     }
@@ -705,6 +709,33 @@ def test_same_key_for_charge_and_refund_are_two_actions(env, source):
     assert result_meta(r4, m4).get("once/outcome") == "replayed" and texts(m4) == texts(m1), describe(r4)
     time.sleep(SETTLE_S)
     assert env.sdk.count(order_id=oid) == 2, env.sdk.effects(oid)
+
+
+@pytest.mark.parametrize("first,second", [("_meta.idempotencyKey", "_meta.idempotencyKey"),
+                                          ("Idempotency-Key header", "Idempotency-Key header"),
+                                          ("_meta.idempotencyKey", "Idempotency-Key header")])
+def test_agent_keys_cannot_override_a_pinned_template(env, first, second):
+    """Attack: [mcp.pinned] says key.charge = order:{json:/arguments/order_id} with
+    key_source = template: one charge per order. The agent charges one order twice, each
+    time under a fresh key of its own (_meta.idempotencyKey or the Idempotency-Key header),
+    hoping its key beats the operator's template and makes the second call a new action: a
+    second charge. Answer: the template wins; the second call is replayed under the order's
+    key and the server charged once. A tool without a template still takes the agent's key."""
+    rpc = Rpc(env, "pinned").initialize()
+    oid = uid("pin")
+    m_a, h_a = KEY_SOURCES[first](uid("k"))
+    m_b, h_b = KEY_SOURCES[second](uid("k"))
+    r1, m1 = rpc.call("charge", charge_args(oid), meta=m_a, headers=h_a)
+    r2, m2 = rpc.call("charge", charge_args(oid), meta=m_b, headers=h_b)
+    a, b = result_meta(r1, m1), result_meta(r2, m2)
+    assert (a.get("once/outcome"), a.get("once/key")) == ("completed", f"charge:order:{oid}"), describe(r1)
+    assert (b.get("once/outcome"), b.get("once/key")) == ("replayed", f"charge:order:{oid}"), \
+        "the agent's second key made a second charge" + describe(r2)
+    time.sleep(SETTLE_S)
+    assert env.sdk.count(order_id=oid, tool="charge") == 1, env.sdk.effects(oid)
+    key = uid("k")
+    r3, m3 = rpc.call("refund", {"order_id": oid}, meta={"idempotencyKey": key})
+    assert result_meta(r3, m3).get("once/key") == f"refund:{key}", describe(r3)
 
 
 def test_key_that_names_another_tool_stays_in_its_tool(env):

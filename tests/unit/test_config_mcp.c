@@ -264,6 +264,34 @@ static void test_tool_keys(void **state)
     tm_expect_error("[mcp.x]\nurl = http://a/mcp\nkey = {json:/a}\n", 3, "unknown key 'key' in [mcp.x]");
 }
 
+/* key_source, as the proxy's (issue 26): header (the default) lets the
+ * agent's own key win; template makes key.TOOL win over
+ * _meta.idempotencyKey and the Idempotency-Key header, so an agent cannot
+ * turn one order into two charges by sending two keys. template without
+ * any key.TOOL would protect nothing: an error at its line. */
+static void test_key_source(void **state)
+{
+    (void)state;
+    once_config cfg;
+    tm_expect_ok("[mcp.x]\nurl = http://a/mcp\nkey.charge = order:{json:/arguments/order_id}\nkey_source = template\n",
+                 &cfg);
+    assert_int_equal(config_upstream(&cfg, "x")->key_from_template, 1);
+    config_free(&cfg);
+    tm_expect_ok("[mcp.x]\ncommand = srv\nkey_source = header\nkey.charge = {json:/arguments/id}\n", &cfg);
+    assert_int_equal(config_upstream(&cfg, "x")->key_from_template, 0);
+    config_free(&cfg);
+    /* The default is header, as for upstreams. */
+    tm_expect_ok("[mcp.x]\ncommand = srv\nkey.charge = {json:/arguments/id}\n", &cfg);
+    assert_int_equal(config_upstream(&cfg, "x")->key_from_template, 0);
+    config_free(&cfg);
+    tm_expect_error("[mcp.x]\nurl = http://a/mcp\nkey_source = always\n", 3, "key_source: 'always' is not header or "
+                    "template");
+    tm_expect_error("[mcp.x]\nurl = http://a/mcp\nkey_source = template\nwait = 1s\n", 3,
+                    "key_source: template needs key.TOOL = TEMPLATE in [mcp.x]");
+    tm_expect_error("[mcp.x]\ncommand = srv\nkey_source = template\nkey_source = header\n", 4,
+                    "duplicate key 'key_source'");
+}
+
 static void test_tool_lists(void **state)
 {
     (void)state;
@@ -334,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_command_as_written),
         cmocka_unit_test(test_url_or_command),
         cmocka_unit_test(test_tool_keys),
+        cmocka_unit_test(test_key_source),
         cmocka_unit_test(test_tool_lists),
         cmocka_unit_test(test_tool_listed_twice),
         cmocka_unit_test(test_one_namespace),
