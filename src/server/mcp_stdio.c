@@ -17,10 +17,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,8 +35,6 @@
 #define LINE_MAX_BYTES (64u << 20) /* a longer message is refused, and the server restarted */
 #define PROTOCOL_VERSION "2025-06-18"
 #define WRITE_WAIT_MS 5000 /* a server that reads nothing for this long is broken */
-
-extern char **environ;
 
 typedef struct pending {
     struct pending *next;
@@ -142,24 +140,67 @@ static int write_msg(mcp_stdio *s, const json_t *msg)
 
 /* ---- the process ------------------------------------------------------------------- */
 
+/* The child's side of spawn, between fork and exec: async-signal-safe
+ * calls only (another thread may have held malloc's lock at the fork).
+ * The server must end when once ends, however it ends (SIGKILL
+ * included): the kernel sends it SIGKILL when the thread that forked it,
+ * the bridge, which lives as long as the server is wanted, exits — and if
+ * once died before prctl took, getppid() is no longer parent. The signal
+ * mask and SIGPIPE's SIG_IGN are once's, not the server's (a blocked
+ * SIGTERM would make every stop wait for the SIGKILL). report (close on
+ * exec) carries exec's errno back. Never returns. */
+static void child_exec(char **argv, int in, int out, int err, int report, pid_t parent, const sigset_t *none)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(127);
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || dup2(report, 3) < 0 ||
+        fcntl(3, F_SETFD, FD_CLOEXEC) < 0 || close_range(4, ~0U, 0) < 0)
+        _exit(127);
+    sigprocmask(SIG_SETMASK, none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(argv[0], argv);
+    int e = errno;
+    ssize_t w = write(3, &e, sizeof e);
+    (void)w;
+    _exit(127);
+}
+
+/* Runs up's command with its stdin, stdout and stderr on pipes to once.
+ * On the bridge's thread only: the server's parent-death signal is tied
+ * to it (child_exec). 0, or -1 (logged). */
 static int spawn(mcp_stdio *s)
 {
     const upstream_cfg *up = s->up;
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1};
+    int *fds[] = {&in[0], &in[1], &out[0], &out[1], &err[0], &err[1], &report[0], &report[1]};
     char **argv = calloc(up->ncommand + 1, sizeof *argv);
-    posix_spawn_file_actions_t fa;
-    int rc = -1, fa_ok = 0;
-    if (!argv || pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+    int rc = -1;
+    if (!argv || pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+        pipe2(report, O_CLOEXEC) < 0) {
+        log_event("error", "mcp %s: cannot start '%s': %s", up->name, up->command[0],
+                  argv ? strerror(errno) : "out of memory");
         goto out;
+    }
     for (size_t i = 0; i < up->ncommand; i++)
         argv[i] = up->command[i];
-    fa_ok = posix_spawn_file_actions_init(&fa) == 0;
-    if (!fa_ok || posix_spawn_file_actions_adddup2(&fa, in[0], 0) || posix_spawn_file_actions_adddup2(&fa, out[1], 1) ||
-        posix_spawn_file_actions_adddup2(&fa, err[1], 2) || posix_spawn_file_actions_addclosefrom_np(&fa, 3))
+    sigset_t none;
+    sigemptyset(&none);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        log_event("error", "mcp %s: cannot start '%s': fork: %s", up->name, argv[0], strerror(errno));
         goto out;
-    pid_t pid;
-    int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    if (e != 0) {
+    }
+    if (pid == 0)
+        child_exec(argv, in[0], out[1], err[1], report[1], parent, &none);
+    close_fd(&report[1]);
+    int e = 0;
+    ssize_t n;
+    do
+        n = read(report[0], &e, sizeof e); /* 0: exec'd (the pipe closed on exec) */
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        waitpid(pid, NULL, 0);
         log_event("error", "mcp %s: cannot start '%s': %s", up->name, argv[0], strerror(e));
         goto out;
     }
@@ -179,9 +220,6 @@ static int spawn(mcp_stdio *s)
     log_event("info", "mcp %s: started '%s' (pid %d)", up->name, argv[0], (int)pid);
     rc = 0;
 out:
-    if (fa_ok)
-        posix_spawn_file_actions_destroy(&fa);
-    int *fds[] = {&in[0], &in[1], &out[0], &out[1], &err[0], &err[1]};
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
         close_fd(fds[i]);
     free(argv);

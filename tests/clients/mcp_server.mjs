@@ -11,8 +11,13 @@
 //       Stateful: one transport + McpServer per session (Mcp-Session-Id), POST/GET/DELETE as
 //       in the SDK's simpleStreamableHttp example. --json: enableJsonResponse (answers are
 //       application/json rather than text/event-stream; no progress can be streamed).
-//   node mcp_server.mjs --stdio [--effects F] [--calls F]
+//   node mcp_server.mjs --stdio [--effects F] [--calls F] [--init-delay-ms N] [--pid-file F] [--linger]
 //       One McpServer on stdin/stdout (StdioServerTransport); diagnostics go to stderr.
+//       --init-delay-ms N  answers initialize N ms late (a server slow to start: the tests of
+//                          once's readiness need the window to be wide, not luck)
+//       --pid-file F       writes its pid to F (replaced) when it starts
+//       --linger           keeps running when its stdin ends, as a server with work of its own
+//                          does; only a signal ends it (the tests of orphaned servers)
 //
 //   --effects F      one line per effect: {tool, order_id, args, n, run, pid, session, headers, t}
 //   --calls F        one line per tools/call handled, effect or not (lookup included)
@@ -65,6 +70,9 @@ const port = Number(opt('--port', '0'));
 const effectsFile = opt('--effects', null);
 const callsFile = opt('--calls', null);
 const headersLog = opt('--headers-log', null);
+const initDelayMs = Number(opt('--init-delay-ms', '0'));
+const pidFile = opt('--pid-file', null);
+const linger = argv.includes('--linger');
 const log = (...a) => process.stderr.write(`mcp_server[${process.pid}]: ${a.join(' ')}\n`);
 
 let effectCount = 0;   // effects performed by this process
@@ -300,14 +308,38 @@ function interceptReject(transport) {
 
 // ------------------------------------------------------------------------------ stdio
 
+// --init-delay-ms: initialize reaches the server that much later. Called after
+// server.connect(transport), as interceptReject.
+function delayInitialize(transport, ms) {
+    const deliver = transport.onmessage;
+    transport.onmessage = (message, extra) => {
+        if (message?.method === 'initialize') {
+            log(`initialize: answering in ${ms} ms`);
+            setTimeout(() => deliver?.(message, extra), ms);
+            return;
+        }
+        deliver?.(message, extra);
+    };
+}
+
 if (mode === 'stdio') {
+    if (pidFile) fs.writeFileSync(pidFile, `${process.pid}\n`);
     const server = makeServer();
     const transport = new StdioServerTransport();
-    transport.onclose = () => process.exit(0);
+    if (!linger) transport.onclose = () => process.exit(0);
     await server.connect(transport);
     interceptReject(transport);
+    if (initDelayMs > 0) delayInitialize(transport, initDelayMs);
     log('stdio server ready');
-    process.stdin.on('end', () => process.exit(0));
+    if (linger) {
+        // Nothing to say any more, and nobody to say it to: a closed stdout or stderr
+        // (EPIPE) must not end it either.
+        process.stdout.on('error', () => {});
+        process.stderr.on('error', () => {});
+        setInterval(() => {}, 1 << 30);
+    } else {
+        process.stdin.on('end', () => process.exit(0));
+    }
 }
 
 // ------------------------------------------------------------------------------ http

@@ -210,17 +210,18 @@ class McpUpstream(EffectsFile):
         return out
 
 
-def stdio_command(workdir):
+def stdio_command(workdir, extra=()):
     """(the `command =` value of an [mcp.X] section, EffectsFile): once spawns
     `node mcp_server.mjs --stdio --effects FILE` ("node" looked up in PATH, as the contract says).
     The contract splits the line on blanks without quoting, so every path must be blank-free;
     a config line holds at most 198 characters, so the line keeps to absolute paths only where
-    needed and no calls file."""
+    needed and no calls file. extra: more arguments of mcp_server.mjs (--init-delay-ms N,
+    --linger, --pid-file F: a relative F is in the gateway's working directory)."""
     node_or_skip()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     files = EffectsFile(workdir / "fx.jsonl")
-    parts = ["node", str(SERVER_MJS), "--stdio", "--effects", str(files.effects_path)]
+    parts = ["node", str(SERVER_MJS), "--stdio", "--effects", str(files.effects_path)] + [str(x) for x in extra]
     for p in parts:
         assert not re.search(r"\s", p), f"a blank in {p!r}: `command =` is split on blanks"
     line = " ".join(parts)
