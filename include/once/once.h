@@ -159,6 +159,13 @@ typedef struct once_action {
                                  first; may be NULL */
     int64_t approved_at;      /* AWAITING_APPROVAL: when a human approved it, waiting to be sent
                                  (0: not decided); kept after it is sent */
+    char *decided_by;         /* who approved or denied it (once_approve / once_deny's who: an
+                                 operator token's name, "operator", "cli"); NULL while undecided,
+                                 and for a denial because nobody decided within the deadline
+                                 (once_expire_approvals). Kept after it is sent; a new attempt
+                                 (reserve again) forgets it */
+    char *decision_note;      /* the note of that decision, as given (NULL: none); a denial's is
+                                 also its note above. Forgotten with decided_by */
 } once_action;
 
 /* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
@@ -401,9 +408,11 @@ ONCE_API int once_hold_unknown_except(once_store *store, const char *const *exce
 /* ---- approvals: a human says yes before the effect ---------------------- */
 
 /* A human's decision on an AWAITING_APPROVAL action. who names the decider
- * (an operator token's name, "cli"; printable ASCII, at most 64 bytes) and
- * note (may be NULL) why; both go into the trail ("approved by WHO: NOTE"),
- * stamped with the time. Durable before they return.
+ * (an operator token's name, "operator", "cli"; printable ASCII, at most
+ * 64 bytes) and note (may be NULL, at most ONCE_TEXT_MAX bytes)
+ * why; both are kept as the action's decided_by and decision_note and go
+ * into the trail ("approved by WHO: NOTE"), stamped with the time. Durable
+ * before they return.
  *
  * once_approve marks the action approved: it stays AWAITING_APPROVAL until
  * a gateway claims it (once_approval_claim) and sends exactly the stored

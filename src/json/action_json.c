@@ -190,14 +190,18 @@ int action_json_from(const once_action *a, json_t **out)
     if (state == NULL)
         return ONCE_EINVAL;
     /* request: what was attempted; the server stores it as JSON, credentials left out. */
-    /* approved_at: when a human approved it (null: not approved). */
-    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, "
-                            "s:o}",
+    /* approved_at: when a human approved it (null: not approved);
+     * decided_by, decision_note: who approved or denied it and their note
+     * (null: undecided, nobody decided in time, or no note). */
+    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+                            "s:I, s:o, s:o}",
                             "scope", json_new_text(a->scope), "key", json_new_text(a->key), "state", state,
                             "attempt", (json_int_t)a->attempt, "created_at", json_new_time(a->created_at),
                             "updated_at", json_new_time(a->updated_at), "lease_expires_at",
                             json_new_time(a->lease_expires_at), "expires_at", json_new_time(a->expires_at),
-                            "approved_at", json_new_time(a->approved_at), "fingerprint",
+                            "approved_at", json_new_time(a->approved_at), "decided_by",
+                            json_new_text(a->decided_by), "decision_note", json_new_text(a->decision_note),
+                            "fingerprint",
                             json_new_text(a->fingerprint), "request",
                             json_new_blob((const char *)a->request, a->request_len), "provider_id",
                             json_new_text(a->provider_id), "error", json_new_text(a->error), "note",

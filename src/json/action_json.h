@@ -15,8 +15,9 @@
 
 /* Builds the JSON record of *a into *out (a new reference owned by the
  * caller): scope, key, state, attempt, created_at, updated_at,
- * lease_expires_at, expires_at, fingerprint, request, provider_id, error,
- * note, lookups, trail and response. Returns 0, ONCE_EINVAL (NULL argument, unnamed state) or
+ * lease_expires_at, expires_at, approved_at, decided_by, decision_note,
+ * fingerprint, request, provider_id, error, note, lookups, trail and
+ * response. Returns 0, ONCE_EINVAL (NULL argument, unnamed state) or
  * ONCE_ENOMEM; *out is untouched on error. */
 int action_json_from(const once_action *a, json_t **out);
 

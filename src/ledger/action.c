@@ -21,6 +21,8 @@ void once_action_free(once_action *a)
     free(a->error);
     free(a->note);
     free(a->trail);
+    free(a->decided_by);
+    free(a->decision_note);
     memset(a, 0, sizeof *a);
 }
 

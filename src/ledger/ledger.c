@@ -491,8 +491,9 @@ int once_sweep(once_store *store, int64_t now, size_t *count)
 
 #define WHO_MAX 64 /* bytes of the name of who decides */
 
-/* once_approve and once_deny: the decision's arguments checked, its trail
- * line ("approved by WHO: NOTE") stamped, and the store asked. */
+/* once_approve and once_deny: the decision's arguments checked (who and note
+ * bounded: they are stored as decided_by and decision_note), its trail line
+ * ("approved by WHO: NOTE") stamped, and the store asked. */
 static int decide(once_store *store, const char *scope, const char *key, const char *who, const char *note,
                   int approve)
 {
@@ -514,10 +515,12 @@ static int decide(once_store *store, const char *scope, const char *key, const c
     char line[sizeof step + TIMEFMT_LEN + 2];
     if ((rc = trail_line(step, now, line, sizeof line)) < 0)
         return rc;
-    /* A denial's note is what a retry is told; without one, who said no. */
+    /* A denial's note is what a retry is told; without one, who said no.
+     * who and note themselves are kept as the decision's own columns, so
+     * that nobody has to parse them back out of the trail. */
     char by[WHO_MAX + 16];
     snprintf(by, sizeof by, "denied by %s", who);
-    return store->vt->decide(store, scope, key, approve, approve ? NULL : note ? note : by, line, now);
+    return store->vt->decide(store, scope, key, approve, approve ? NULL : note ? note : by, who, note, line, now);
 }
 
 int once_approve(once_store *store, const char *scope, const char *key, const char *who, const char *note)

@@ -73,13 +73,15 @@ typedef struct store_vtable {
     int (*reconcile_failed)(once_store *s, const char *scope, const char *key, int64_t delay_ms, int hold,
                             const char *step, int64_t now);
     /* approvals: a human's decision on an action awaiting approval (note:
-     * a denial's note, NULL for an approval; step: the trail line, already
+     * a denial's note, NULL for an approval; who and decision_note: the
+     * decider and the note as given (may be NULL), kept as the row's
+     * decided_by and decision_note; step: the trail line, already
      * stamped), the denial of undecided actions past their deadline (of
      * scope, or of all when NULL; step likewise), a claim of an approved one (1 claimed, 0 none: *out as
      * once_approval_claim says) and the oldest undecided one's created_at
      * (0: none) */
     int (*decide)(once_store *s, const char *scope, const char *key, int approve, const char *note,
-                  const char *step, int64_t now);
+                  const char *who, const char *decision_note, const char *step, int64_t now);
     int (*expire_approvals)(once_store *s, const char *scope, int64_t now, const char *step, size_t *count);
     int (*approval_claim)(once_store *s, const char *scope, int64_t lease_ms, int64_t now, once_reservation *out);
     int (*approval_oldest)(once_store *s, int64_t *created_at);

@@ -343,10 +343,10 @@ int store_queue_event_sweep(once_store *s, int64_t now, size_t *count)
 
 /* A human approves or denies an action awaiting approval. */
 int store_queue_decide(once_store *s, const char *scope, const char *key, int approve, const char *note,
-                       const char *step, int64_t now)
+                       const char *who, const char *decision_note, const char *step, int64_t now)
 {
     store_op op = {.kind = OP_DECIDE, .now = now, .scope = scope, .key = key, .approve = approve, .text = note,
-                   .step = step};
+                   .who = who, .decision_note = decision_note, .step = step};
     return store_queue_op(s, &op, NULL, NULL);
 }
 

@@ -74,6 +74,8 @@ typedef struct store_op {
     /* approvals */
     const char *step;   /* OP_DECIDE, OP_EXPIRE_APPROVALS: the trail line, stamped */
     int approve;        /* OP_DECIDE: 1 approve, 0 deny (op->text: the denial's note) */
+    const char *who;    /* OP_DECIDE: the decider, stored as decided_by */
+    const char *decision_note; /* OP_DECIDE: the decider's note as given (may be NULL) */
     int64_t *oldest;    /* OP_APPROVAL_OLDEST: created_at, 0 when none waits */
     int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
     int dead; /* OP_EV_SETTLE retry: give up */
@@ -164,7 +166,7 @@ int store_queue_reconcile_failed(once_store *s, const char *scope, const char *k
                                  const char *step, int64_t now);
 int store_queue_ping(once_store *s);
 int store_queue_decide(once_store *s, const char *scope, const char *key, int approve, const char *note,
-                       const char *step, int64_t now);
+                       const char *who, const char *decision_note, const char *step, int64_t now);
 int store_queue_expire_approvals(once_store *s, const char *scope, int64_t now, const char *step, size_t *count);
 /* Makes the claim's fresh token (as store_queue_reserve does) and queues it. */
 int store_queue_approval_claim(once_store *s, const char *scope, int64_t lease_ms, int64_t now,

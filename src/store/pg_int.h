@@ -26,12 +26,12 @@
 #define A_COLS                                                                                          \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, "    \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, provider_id, " \
-    "error, note, lookups, lookup_next_at, trail, resp_not_stored, approved_at"
+    "error, note, lookups, lookup_next_at, trail, resp_not_stored, approved_at, decided_by, decision_note"
 #define E_COLS                                                                                          \
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "   \
     "delivered_at, expires_at, retention_ms, content_type, headers, body, error"
 
-#define A_NCOLS 25 /* columns in A_COLS */
+#define A_NCOLS 27 /* columns in A_COLS */
 #define E_NCOLS 17 /* columns in E_COLS */
 
 typedef struct stmt_def {

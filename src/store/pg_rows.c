@@ -136,6 +136,8 @@ int action_decode(const PGresult *res, int row, int c0, once_action *a)
     a->trail = col_text(res, row, c0 + 22, &ok);
     a->response.body_not_stored = col_int(res, row, c0 + 23);
     a->approved_at = col_int(res, row, c0 + 24);
+    a->decided_by = col_text(res, row, c0 + 25, &ok);
+    a->decision_note = col_text(res, row, c0 + 26, &ok);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;

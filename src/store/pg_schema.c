@@ -359,6 +359,44 @@ static const char *const migrations[] = {
      "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
      "  END IF;"
      PG_ANSWER_OK),
+
+    /* 7: who decided on an action awaiting approval, and the note they
+     * gave, as columns of their own (they were text in the trail only);
+     * NULL for decisions taken before (their trail names the decider) and
+     * for those of gateways not yet upgraded, whose once_decide stays. A
+     * new once_decide takes them. A new attempt forgets them, whichever
+     * once_reserve re-arms the row: the trigger that resets an attempt's
+     * lookups does, but not for the claim of an approved action (from
+     * awaiting_approval), which is the same decision being carried out. */
+    ("ALTER TABLE actions ADD COLUMN decided_by TEXT, ADD COLUMN decision_note TEXT;"
+     "ALTER TYPE once_reserved ADD ATTRIBUTE decided_by text, ADD ATTRIBUTE decision_note text;"
+     "CREATE OR REPLACE FUNCTION once_reserve_rearm_reset() RETURNS trigger LANGUAGE plpgsql AS $$"
+     " BEGIN"
+     "  IF NEW.attempt > OLD.attempt THEN NEW.lookups := 0; NEW.lookup_next_at := 0; NEW.resp_not_stored := 0;"
+     "   IF OLD.state <> 'awaiting_approval' THEN NEW.decided_by := NULL; NEW.decision_note := NULL; END IF;"
+     "  END IF;"
+     "  RETURN NEW;"
+     " END $$;"
+     /* approve / deny: as in 6, with the decider and their note kept. */
+     "CREATE FUNCTION once_decide(p_scope text, p_key text, p_approve boolean, p_note text, p_step text,"
+     "  p_now bigint, p_by text, p_decision_note text) RETURNS text LANGUAGE plpgsql AS $$"
+     PG_LOCK_ACTION
+     "  IF p_approve AND r.approved_at > 0 THEN RETURN 'ok'; END IF;"
+     "  IF r.state <> 'awaiting_approval' THEN RETURN 'state:' || r.state; END IF;"
+     "  IF r.approved_at > 0 THEN"
+     "   IF p_approve THEN RETURN 'ok'; END IF;"
+     "   RETURN 'approved';"
+     "  END IF;"
+     "  IF p_approve THEN"
+     "   UPDATE actions SET approved_at = p_now, updated_at = p_now, decided_by = p_by,"
+     "    decision_note = p_decision_note,"
+     "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
+     "  ELSE"
+     "   UPDATE actions SET state = 'denied', note = p_note, updated_at = p_now, expires_at = p_now + retention_ms,"
+     "    decided_by = p_by, decision_note = p_decision_note,"
+     "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
+     "  END IF;"
+     PG_ANSWER_OK),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

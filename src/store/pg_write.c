@@ -45,7 +45,8 @@ const stmt_def pg_stmts[] = {
                  "WHERE a.id = d.id RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, "
                  "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
                  "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
-                 "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at"},
+                 "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at, a.decided_by, "
+                 "a.decision_note"},
     {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
     /* No conflict target: a duplicate id or a duplicate digest. */
@@ -73,7 +74,7 @@ const stmt_def pg_stmts[] = {
     {"ev_redeliver", "UPDATE events SET state = 'pending', next_at = $3, claim_until = 0, receipt = NULL, "
                      "expires_at = 0, updated_at = $3 WHERE source = $1 AND event_id = $2"},
     /* approvals */
-    {"decide", "SELECT once_decide($1, $2, $3, $4, $5, $6)"},
+    {"decide", "SELECT once_decide($1, $2, $3, $4, $5, $6, $7, $8)"},
     /* Approved rows wait for their sender: never expired. */
     {"expire_approvals", "UPDATE actions SET state = 'denied', note = '" LEDGER_APPROVAL_EXPIRED "', "
                          "updated_at = $1, expires_at = $1 + retention_ms, trail = CASE WHEN trail IS NULL "
@@ -88,7 +89,7 @@ const stmt_def pg_stmts[] = {
                        "RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, a.updated_at, "
                        "a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, a.has_response, "
                        "a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, a.lookups, "
-                       "a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at"},
+                       "a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at, a.decided_by, a.decision_note"},
     {"approval_oldest", "SELECT coalesce(min(created_at), 0) FROM actions WHERE state = 'awaiting_approval' "
                         "AND approved_at = 0"},
     {"ev_sweep", "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= $1"},
@@ -306,6 +307,8 @@ typedef enum pg_arg {
     ARG_REQ_APPROVAL_TTL,
     ARG_APPROVE,       /* a decision: approve (true) or deny */
     ARG_STEP,          /* a trail line */
+    ARG_WHO,           /* a decision's decider (decided_by) */
+    ARG_DECISION_NOTE, /* a decision's note as given (decision_note) */
     ARG_EV_SOURCE,     /* the event to insert ... */
     ARG_EV_ID,
     ARG_EV_RETENTION,
@@ -355,7 +358,9 @@ static const pg_op_def pg_ops[] = {
                       decode_event_answer},
     [OP_EV_REDELIVER] = {"ev_redeliver", {ARG_SCOPE, ARG_EVENT_ID, ARG_NOW}, decode_redeliver},
     [OP_EV_SWEEP] = {"ev_sweep", {ARG_NOW}, decode_count},
-    [OP_DECIDE] = {"decide", {ARG_SCOPE, ARG_KEY, ARG_APPROVE, ARG_TEXT, ARG_STEP, ARG_NOW}, decode_decide},
+    [OP_DECIDE] = {"decide",
+                   {ARG_SCOPE, ARG_KEY, ARG_APPROVE, ARG_TEXT, ARG_STEP, ARG_NOW, ARG_WHO, ARG_DECISION_NOTE},
+                   decode_decide},
     [OP_EXPIRE_APPROVALS] = {"expire_approvals", {ARG_NOW, ARG_STEP, ARG_SCOPE}, decode_count},
     [OP_APPROVAL_CLAIM] = {"approval_claim", {ARG_SCOPE, ARG_NOW, ARG_TOKEN, ARG_LEASE}, decode_approval_claim},
 };
@@ -419,6 +424,8 @@ static int p_arg(params *p, store_op *op, pg_arg a)
     case ARG_REQ_APPROVAL_TTL: p_int(p, r->approval_ttl_ms); break;
     case ARG_APPROVE: p_bool(p, op->approve); break;
     case ARG_STEP: p_text(p, op->step); break;
+    case ARG_WHO: p_text(p, op->who); break;
+    case ARG_DECISION_NOTE: p_text(p, op->decision_note); break;
     case ARG_EV_SOURCE: p_text(p, e->source); break;
     case ARG_EV_ID: p_text(p, e->event_id); break;
     case ARG_EV_RETENTION: p_int(p, e->retention_ms); break;

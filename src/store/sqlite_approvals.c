@@ -16,9 +16,10 @@
 
 static const char *const ap_sql[AP_COUNT] = {
     [AP_SELECT] = "SELECT id, state, approved_at FROM actions WHERE scope = ?1 AND key = ?2",
-    [AP_APPROVE] = "UPDATE actions SET approved_at = ?2, updated_at = ?2, " TRAIL_APPEND("?3") " WHERE id = ?1",
+    [AP_APPROVE] = "UPDATE actions SET approved_at = ?2, updated_at = ?2, decided_by = ?4, decision_note = ?5, "
+                   TRAIL_APPEND("?3") " WHERE id = ?1",
     [AP_DENY] = "UPDATE actions SET state = 'denied', note = ?3, updated_at = ?2, expires_at = ?2 + retention_ms, "
-                TRAIL_APPEND("?4") " WHERE id = ?1",
+                "decided_by = ?5, decision_note = ?6, " TRAIL_APPEND("?4") " WHERE id = ?1",
     /* Approved rows wait for their sender: never expired. */
     [AP_EXPIRE] = "UPDATE actions SET state = 'denied', note = '" LEDGER_APPROVAL_EXPIRED "', updated_at = ?1, "
                   "expires_at = ?1 + retention_ms, " TRAIL_APPEND("?2") " WHERE state = 'awaiting_approval' "
@@ -64,7 +65,8 @@ static int decide_row(sq_conn *c, store_op *op, int64_t *id, once_state *state, 
 }
 
 /* A human's decision: an undecided action awaiting approval is approved
- * (it stays waiting for its sender) or denied. Approving an approved action
+ * (it stays waiting for its sender) or denied, and who decided and why are
+ * kept in the row (decided_by, decision_note). Approving an approved action
  * again changes nothing, whether it still waits for its sender, is being
  * sent or is done: operators who click twice, or two at once, get the same
  * answer. An approved one can no longer be denied. */
@@ -99,6 +101,8 @@ static void op_decide(sq_conn *c, store_op *op)
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, op->now);
         sq_bind_text(st, 3, op->step);
+        sq_bind_text(st, 4, op->who);
+        sq_bind_text(st, 5, op->decision_note);
     } else {
         ONCE_ASSERT(ledger_transition_allowed(state, ONCE_STATE_DENIED));
         if (!(st = ap_stmt(c, op, AP_DENY)))
@@ -107,6 +111,8 @@ static void op_decide(sq_conn *c, store_op *op)
         sqlite3_bind_int64(st, 2, op->now);
         sq_bind_text(st, 3, op->text);
         sq_bind_text(st, 4, op->step);
+        sq_bind_text(st, 5, op->who);
+        sq_bind_text(st, 6, op->decision_note);
     }
     sq_write_finish(c, op, st, verb);
 }

@@ -18,7 +18,7 @@
 #define COLS                                                                                        \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
-    "provider_id, error, note, lookups, trail, resp_not_stored, approved_at"
+    "provider_id, error, note, lookups, trail, resp_not_stored, approved_at, decided_by, decision_note"
 
 enum {
     C_ID,
@@ -44,7 +44,9 @@ enum {
     C_LOOKUPS,
     C_TRAIL,
     C_RESP_NOT_STORED,
-    C_APPROVED
+    C_APPROVED,
+    C_DECIDED_BY,
+    C_DECISION_NOTE
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -57,7 +59,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
                  "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
                  "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0, "
-                 "resp_not_stored = 0, approved_at = 0 WHERE id = ?1",
+                 "resp_not_stored = 0, approved_at = 0, decided_by = NULL, decision_note = NULL WHERE id = ?1",
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
                     "updated_at = ?8, expires_at = ?8 + retention_ms, resp_not_stored = ?9 WHERE id = ?1",
@@ -263,6 +265,8 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->trail = sq_col_dup(st, C_TRAIL, NULL, &ok);
     a->response.body_not_stored = sqlite3_column_int64(st, C_RESP_NOT_STORED);
     a->approved_at = sqlite3_column_int64(st, C_APPROVED);
+    a->decided_by = sq_col_dup(st, C_DECIDED_BY, NULL, &ok);
+    a->decision_note = sq_col_dup(st, C_DECISION_NOTE, NULL, &ok);
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;

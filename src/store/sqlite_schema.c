@@ -136,6 +136,11 @@ static const char *const migrations[] = {
      * serves as well (EXPLAIN QUERY PLAN; the list's "?2 IS NULL OR
      * state = ?2" never could). Issue 19: one index fewer per write. */
     "DROP INDEX actions_state;",
+    /* 8: who decided on an action awaiting approval, and the note they
+     * gave, as columns of their own (they were text in the trail only).
+     * NULL for decisions taken before: their trail names the decider. */
+    ("ALTER TABLE actions ADD COLUMN decided_by TEXT;"
+     "ALTER TABLE actions ADD COLUMN decision_note TEXT;"),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -309,6 +309,8 @@ static inline void th_assert_action_eq(const once_action *a, const once_action *
     th_assert_str(a->provider_id, b->provider_id);
     th_assert_str(a->error, b->error);
     th_assert_str(a->note, b->note);
+    th_assert_str(a->decided_by, b->decided_by);
+    th_assert_str(a->decision_note, b->decision_note);
 }
 
 /* ---- store shortcuts ------------------------------------------------------ */

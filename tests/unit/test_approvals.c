@@ -109,6 +109,8 @@ static void test_reserve_awaits(void **state)
     th_assert_str(r.action.fingerprint, fp);
     assert_in_range(r.action.lease_expires_at, t0 + TTL_MS, t1 + TTL_MS);
     assert_int_equal(r.action.approved_at, 0);
+    assert_null(r.action.decided_by); /* undecided */
+    assert_null(r.action.decision_note);
     assert_int_equal(r.action.request_len, sizeof meta);
     assert_memory_equal(r.action.request, meta, sizeof meta);
     int64_t deadline = r.action.lease_expires_at;
@@ -213,6 +215,10 @@ static void test_approve_claim_complete(void **state)
     /* "2026-...Z approved by alice: ok", stamped as reconciliation steps are */
     assert_non_null(strstr(a.trail, "Z approved by alice: ok"));
     assert_null(strchr(a.trail, '\n'));
+    /* who and why are the record's own members, not only text in the trail */
+    th_assert_str(a.decided_by, "alice");
+    th_assert_str(a.decision_note, "ok");
+    assert_null(a.note); /* an approval's note is not the action's note */
     int64_t approved = a.approved_at;
     once_action_free(&a);
 
@@ -235,6 +241,8 @@ static void test_approve_claim_complete(void **state)
     assert_in_range(r.lease_expires_at, t0 + 30000, t1 + 30000);
     assert_int_equal(r.action.state, ONCE_STATE_PENDING);
     assert_int_equal(r.action.approved_at, approved);
+    th_assert_str(r.action.decided_by, "alice"); /* the claim's row says who allowed it */
+    th_assert_str(r.action.decision_note, "ok");
     assert_int_equal(r.action.request_len, sizeof meta - 1);
     assert_memory_equal(r.action.request, meta, sizeof meta - 1);
     char tok[ONCE_TOKEN_LEN + 1];
@@ -258,6 +266,8 @@ static void test_approve_claim_complete(void **state)
     th_reserve_expect(e->st, &req, ONCE_COMPLETED, &r);
     th_assert_response_eq(&r.action.response, &resp);
     assert_int_equal(r.action.approved_at, approved); /* kept after it is sent */
+    th_assert_str(r.action.decided_by, "alice");
+    th_assert_str(r.action.decision_note, "ok");
     once_reservation_free(&r);
     /* and once it is done */
     th_assert_rc_unchanged(e->st, S, "k", once_approve(e->st, S, "k", "bob", NULL), 0);
@@ -286,10 +296,13 @@ static void test_deny(void **state)
     assert_int_equal(a.expires_at, a.updated_at + 3600000);
     assert_non_null(a.trail);
     assert_non_null(strstr(a.trail, "Z denied by alice: too expensive"));
+    th_assert_str(a.decided_by, "alice");
+    th_assert_str(a.decision_note, "too expensive");
     once_action_free(&a);
 
     th_reserve_expect(e->st, &req, ONCE_DENIED, &r);
     th_assert_str(r.action.note, "too expensive");
+    th_assert_str(r.action.decided_by, "alice"); /* a refused retry sees who said no */
     assert_string_equal(r.token, "");
     once_reservation_free(&r);
     once_reserve_req plain = th_req(S, "k", 30000);
@@ -305,6 +318,8 @@ static void test_deny(void **state)
     th_get(e->st, S, "k2", &a);
     th_assert_str(a.note, "denied by bob");
     assert_non_null(strstr(a.trail, "Z denied by bob"));
+    th_assert_str(a.decided_by, "bob");
+    assert_null(a.decision_note); /* no note was given: none is made up */
     once_action_free(&a);
 }
 
@@ -320,6 +335,11 @@ static void test_deny_after_approve(void **state)
     th_assert_rc_unchanged(e->st, S, "k", once_deny(e->st, S, "k", "bob", "no"), ONCE_ESTATE);
     assert_int_equal(th_state(e->st, S, "k"), ONCE_STATE_AWAITING_APPROVAL);
     th_assert_rc_unchanged(e->st, S, "k", once_approve(e->st, S, "k", "bob", NULL), 0);
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    th_assert_str(a.decided_by, "alice");
+    assert_null(a.decision_note);
+    once_action_free(&a);
 }
 
 /* The arguments and states the calls refuse. */
@@ -342,8 +362,20 @@ static void test_refusals(void **state)
     th_assert_rc_unchanged(e->st, S, "k", once_approve(e->st, S, "k", "", NULL), ONCE_EINVAL);
     th_assert_rc_unchanged(e->st, S, "k", once_approve(e->st, S, "k", long_who, NULL), ONCE_EINVAL);
     th_assert_rc_unchanged(e->st, S, "k", once_deny(e->st, S, "k", "al\nice", NULL), ONCE_EINVAL);
+    char *long_note = malloc(ONCE_TEXT_MAX + 2);
+    assert_non_null(long_note);
+    memset(long_note, 'n', ONCE_TEXT_MAX + 1);
+    long_note[ONCE_TEXT_MAX + 1] = '\0';
+    th_assert_rc_unchanged(e->st, S, "k", once_approve(e->st, S, "k", "alice", long_note), ONCE_EINVAL);
+    long_note[ONCE_TEXT_MAX] = '\0';
     long_who[64] = '\0';
-    th_assert_rc(once_approve(e->st, S, "k", long_who, NULL), 0); /* 64 bytes is fine */
+    th_assert_rc(once_approve(e->st, S, "k", long_who, long_note), 0); /* 64 and 4096 bytes are fine */
+    once_action a;
+    th_get(e->st, S, "k", &a);
+    th_assert_str(a.decided_by, long_who);
+    th_assert_str(a.decision_note, long_note);
+    once_action_free(&a);
+    free(long_note);
     th_assert_rc(once_approve(NULL, S, "k", "alice", NULL), ONCE_EINVAL);
     th_assert_rc(once_approve(e->st, "bad scope", "k", "alice", NULL), ONCE_EINVAL);
 
@@ -418,6 +450,11 @@ static void test_expire(void **state)
     assert_non_null(strstr(x.trail, "Z expired: nobody decided within approve_ttl"));
     assert_int_equal(x.updated_at, now);
     assert_int_equal(x.expires_at, now + x.retention_ms);
+    assert_null(x.decided_by); /* nobody decided: no human's name */
+    assert_null(x.decision_note);
+    once_action_free(&x);
+    th_get(e->st, S, "b", &x);
+    th_assert_str(x.decided_by, "alice");
     once_action_free(&x);
     assert_int_equal(th_state(e->st, S, "b"), ONCE_STATE_AWAITING_APPROVAL);
     assert_int_equal(th_state(e->st, S, "c"), ONCE_STATE_AWAITING_APPROVAL);
@@ -472,6 +509,8 @@ static void test_retention_sweep_rearm(void **state)
     assert_int_equal(r.attempt, 2);
     assert_int_equal(r.action.state, ONCE_STATE_AWAITING_APPROVAL);
     assert_null(r.action.note);
+    assert_null(r.action.decided_by); /* undecided again */
+    assert_null(r.action.decision_note);
     assert_int_equal(r.action.expires_at, 0);
     once_reservation_free(&r);
     /* ... or a plain one */
@@ -483,12 +522,17 @@ static void test_retention_sweep_rearm(void **state)
     assert_int_equal(r.attempt, 3);
     assert_true(th_is_hex_token(r.token));
     once_reservation_free(&r);
+    once_action a2;
+    th_get(e->st, S, "again", &a2);
+    assert_null(a2.decided_by);
+    assert_null(a2.decision_note);
+    once_action_free(&a2);
 
     /* approved, claimed, released: a new reservation forgets the approval */
     req.key = "rearm";
     th_reserve_expect(e->st, &req, ONCE_AWAITING_APPROVAL, &r);
     once_reservation_free(&r);
-    th_assert_rc(once_approve(e->st, S, "rearm", "alice", NULL), 0);
+    th_assert_rc(once_approve(e->st, S, "rearm", "alice", "fine"), 0);
     th_assert_rc(once_approval_claim(e->st, S, 30000, &r), 1);
     assert_string_equal(r.action.key, "rearm");
     th_assert_rc(once_release(e->st, S, "rearm", r.token, "refused upstream"), 0);
@@ -497,6 +541,8 @@ static void test_retention_sweep_rearm(void **state)
     assert_int_equal(r.attempt, 3);
     assert_int_equal(r.action.approved_at, 0);
     assert_null(r.action.error);
+    assert_null(r.action.decided_by);
+    assert_null(r.action.decision_note);
     once_reservation_free(&r);
     th_assert_rc(once_approval_claim(e->st, S, 30000, &r), 0); /* waits for a human again */
 }
@@ -576,7 +622,18 @@ static void test_concurrent_claims(void **state)
     assert_int_equal(th_state(e->st, S, "once"), ONCE_STATE_COMPLETED);
 }
 
-/* The JSON of an action carries approved_at: a time, or null. */
+/* The member name of j, which must be a string; NULL (failing) if it is
+ * absent, null or of another type. */
+static const char *json_str_member(json_t *j, const char *name)
+{
+    json_t *v = json_object_get(j, name);
+    if (!json_is_string(v))
+        fail_msg("%s: not a string", name);
+    return json_string_value(v);
+}
+
+/* The JSON of an action carries approved_at (a time, or null), decided_by
+ * and decision_note (strings, or null: undecided, or no note). */
 static void test_json(void **state)
 {
     th_env *e = *state;
@@ -586,6 +643,8 @@ static void test_json(void **state)
     json_t *j = NULL;
     assert_int_equal(action_json_from(&a, &j), 0);
     assert_true(json_is_null(json_object_get(j, "approved_at")));
+    assert_true(json_is_null(json_object_get(j, "decided_by")));
+    assert_true(json_is_null(json_object_get(j, "decision_note")));
     assert_string_equal(json_string_value(json_object_get(j, "state")), "awaiting_approval");
     json_decref(j);
     once_action_free(&a);
@@ -599,6 +658,29 @@ static void test_json(void **state)
     json_t *trail = json_object_get(j, "trail");
     assert_int_equal(json_array_size(trail), 1);
     assert_non_null(strstr(json_string_value(json_array_get(trail, 0)), "approved by alice: ok"));
+    assert_string_equal(json_str_member(j, "decided_by"), "alice");
+    assert_string_equal(json_str_member(j, "decision_note"), "ok");
+    json_decref(j);
+    once_action_free(&a);
+
+    /* denied without a note: who, and a null note */
+    reserve_awaiting(e->st, "d", TTL_MS);
+    th_assert_rc(once_deny(e->st, S, "d", "operator", NULL), 0);
+    th_get(e->st, S, "d", &a);
+    assert_int_equal(action_json_from(&a, &j), 0);
+    assert_string_equal(json_str_member(j, "decided_by"), "operator");
+    assert_true(json_is_null(json_object_get(j, "decision_note")));
+    assert_string_equal(json_str_member(j, "note"), "denied by operator");
+    json_decref(j);
+    once_action_free(&a);
+
+    /* a stored name or note that is not UTF-8 still makes valid JSON */
+    th_get(e->st, S, "d", &a);
+    free(a.decision_note);
+    a.decision_note = strdup("caf\xe9");
+    assert_non_null(a.decision_note);
+    assert_int_equal(action_json_from(&a, &j), 0);
+    assert_string_equal(json_str_member(j, "decision_note"), "caf\xef\xbf\xbd");
     json_decref(j);
     once_action_free(&a);
 }
@@ -639,6 +721,8 @@ static void check_old_rows(once_store *st)
     assert_memory_equal(a.response.body, "body", 4);
     th_assert_str(a.provider_id, "p-1");
     assert_int_equal(a.approved_at, 0);
+    assert_null(a.decided_by);
+    assert_null(a.decision_note);
     once_action_free(&a);
     th_get(st, S, "lost", &a);
     assert_int_equal(a.state, ONCE_STATE_UNKNOWN);
@@ -656,11 +740,17 @@ static void check_old_rows(once_store *st)
     th_reserve_expect(st, &req, ONCE_AWAITING_APPROVAL, &r);
     assert_int_equal(r.attempt, 2);
     once_reservation_free(&r);
-    th_assert_rc(once_approve(st, S, "gone", "alice", NULL), 0);
+    th_assert_rc(once_approve(st, S, "gone", "alice", "migrated"), 0);
     th_assert_rc(once_approval_claim(st, S, 30000, &r), 1);
+    th_assert_str(r.action.decided_by, "alice");
+    th_assert_str(r.action.decision_note, "migrated");
     once_reservation_free(&r);
     reserve_awaiting(st, "new", TTL_MS);
-    th_assert_rc(once_deny(st, S, "new", "alice", NULL), 0);
+    th_assert_rc(once_deny(st, S, "new", "bob", NULL), 0);
+    th_get(st, S, "new", &a);
+    th_assert_str(a.decided_by, "bob");
+    assert_null(a.decision_note);
+    once_action_free(&a);
 }
 
 /* A SQLite file at version 5 is rebuilt with the new states: every row, the
@@ -669,7 +759,7 @@ static void check_old_rows(once_store *st)
 static void test_migrate_sqlite(void **state)
 {
     th_env *e = *state;
-    assert_int_equal(sqlite_schema_latest(), 7);
+    assert_int_equal(sqlite_schema_latest(), 8);
     once_store_close(e->st);
     e->st = NULL;
     char p[256];
@@ -747,7 +837,7 @@ static char *pg_in_schema(const th_env *e, const char *sql)
 static void test_migrate_pg(void **state)
 {
     th_env *e = *state;
-    assert_int_equal(pg_schema_latest(), OLD_VERSION + 1);
+    assert_int_equal(pg_schema_latest(), 7);
     once_store_close(e->st);
     e->st = NULL;
     char sql[256];
@@ -768,7 +858,7 @@ static void test_migrate_pg(void **state)
     char *v = pg_in_schema(e, "SELECT max(version)::text || ',' || (SELECT min(id) FROM actions WHERE key = 'new')"
                               " FROM once_schema");
     char want[32];
-    snprintf(want, sizeof want, "%d,", OLD_VERSION + 1);
+    snprintf(want, sizeof want, "%d,", pg_schema_latest());
     assert_int_equal(strncmp(v, want, strlen(want)), 0);
     assert_true(atoll(v + strlen(want)) > 40);
     free(v);
@@ -778,6 +868,153 @@ static void test_migrate_pg(void **state)
     v = pg_in_schema(e, "SELECT answer || ',' || state FROM once_reserve('mail', 'waits',"
                         " 'cccccccccccccccccccccccccccccccc', 1, 1000, 1000, NULL, NULL, false)");
     assert_string_equal(v, "awaiting_approval,awaiting_approval");
+    free(v);
+}
+
+/* ---- migrations from the schema before decided_by (SQLite 7, PostgreSQL 6) ---- */
+
+#define SQ_BEFORE_DECIDED 7
+#define PG_BEFORE_DECIDED 6
+
+/* Decided before the columns existed: one approved and waiting for its
+ * sender, one denied (its note the denial's). */
+static const char decided_rows[] =
+    "INSERT INTO actions (id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+    " expires_at, retention_ms, request, note, trail, approved_at) VALUES"
+    " (1, 'mail', 'yes', 'awaiting_approval', 1, '', 1000, 2000, 99999999999999, 0, 86400000, 'req', NULL,"
+    "  '1970-01-01T00:00:02.000Z approved by alice: fine', 2000),"
+    " (2, 'mail', 'no', 'denied', 1, '', 1000, 2000, 99999999999999, 99999999999999, 86400000, 'req', 'too much',"
+    "  '1970-01-01T00:00:02.000Z denied by bob: too much', 0);";
+
+/* The rows above, as the migrated store reads them: the decider of a
+ * decision taken before the upgrade is in the trail only (decided_by null);
+ * the approved one is still sent; new decisions are recorded. */
+static void check_decided_rows(once_store *st)
+{
+    once_action a;
+    th_get(st, S, "yes", &a);
+    assert_int_equal(a.approved_at, 2000);
+    assert_null(a.decided_by);
+    assert_null(a.decision_note);
+    assert_non_null(strstr(a.trail, "approved by alice: fine"));
+    once_action_free(&a);
+    th_get(st, S, "no", &a);
+    assert_int_equal(a.state, ONCE_STATE_DENIED);
+    th_assert_str(a.note, "too much");
+    assert_null(a.decided_by);
+    once_action_free(&a);
+    once_reservation r;
+    th_assert_rc(once_approval_claim(st, S, 30000, &r), 1);
+    assert_string_equal(r.action.key, "yes");
+    assert_null(r.action.decided_by);
+    once_reservation_free(&r);
+    reserve_awaiting(st, "after", TTL_MS);
+    th_assert_rc(once_approve(st, S, "after", "carol", "new columns"), 0);
+    th_get(st, S, "after", &a);
+    th_assert_str(a.decided_by, "carol");
+    th_assert_str(a.decision_note, "new columns");
+    once_action_free(&a);
+}
+
+/* A SQLite file at version 7 gains decided_by and decision_note: rows
+ * kept, empty for decisions taken before. */
+static void test_migrate_sqlite_decided(void **state)
+{
+    th_env *e = *state;
+    once_store_close(e->st);
+    e->st = NULL;
+    char p[256];
+    const char *sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s%s", e->path, sfx[i]);
+        unlink(p);
+    }
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
+    sq_exec_ok(db, "BEGIN");
+    for (int n = 1; n <= SQ_BEFORE_DECIDED; n++)
+        sq_exec_ok(db, sqlite_schema_step(n));
+    sq_exec_ok(db, decided_rows);
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", SQ_BEFORE_DECIDED,
+             SQ_APPLICATION_ID);
+    sq_exec_ok(db, sql);
+    sq_exec_ok(db, "COMMIT");
+    sqlite3_close(db);
+
+    th_env_reopen(e);
+    check_decided_rows(e->st);
+    once_store_close(e->st);
+    e->st = NULL;
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT (SELECT user_version FROM pragma_user_version),"
+                                        " (SELECT decided_by || ',' || decision_note FROM actions WHERE key = 'after')",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), sqlite_schema_latest());
+    assert_string_equal((const char *)sqlite3_column_text(st, 1), "carol,new columns");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    th_env_reopen(e);
+}
+
+/* A PostgreSQL schema at version 6 gains them too; a gateway not yet
+ * upgraded still decides through the old once_decide (nobody's name then),
+ * and re-arms rows through the old once_reserve, which forgets the new
+ * columns with the rest of the attempt. */
+static void test_migrate_pg_decided(void **state)
+{
+    th_env *e = *state;
+    once_store_close(e->st);
+    e->st = NULL;
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", e->schema);
+    assert_int_equal(th_pg_exec(sql), 0);
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", e->schema);
+    assert_int_equal(th_pg_exec(sql), 0);
+    free(pg_in_schema(e, "CREATE TABLE once_schema (version INTEGER NOT NULL)"));
+    for (int n = 1; n <= PG_BEFORE_DECIDED; n++)
+        free(pg_in_schema(e, pg_schema_step(n)));
+    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", PG_BEFORE_DECIDED);
+    free(pg_in_schema(e, sql));
+    free(pg_in_schema(e, decided_rows));
+    free(pg_in_schema(e, "SELECT setval('actions_id_seq', 40)"));
+
+    th_env_reopen(e);
+    check_decided_rows(e->st);
+    char *v = pg_in_schema(e, "SELECT max(version)::text FROM once_schema");
+    char want[16];
+    snprintf(want, sizeof want, "%d", pg_schema_latest());
+    assert_string_equal(v, want);
+    free(v);
+    v = pg_in_schema(e, "SELECT decided_by || ',' || decision_note FROM actions WHERE key = 'after'");
+    assert_string_equal(v, "carol,new columns");
+    free(v);
+
+    /* an old gateway's decision: recorded as before, without a name */
+    reserve_awaiting(e->st, "old", TTL_MS);
+    v = pg_in_schema(e, "SELECT once_decide('mail', 'old', false, 'by an old node', 'step', 5)");
+    assert_string_equal(v, "ok");
+    free(v);
+    once_action a;
+    th_get(e->st, S, "old", &a);
+    assert_int_equal(a.state, ONCE_STATE_DENIED);
+    th_assert_str(a.note, "by an old node");
+    assert_null(a.decided_by);
+    once_action_free(&a);
+
+    /* an old gateway's reserve re-arms a decided row past its retention:
+     * the decision is forgotten with the attempt */
+    reserve_awaiting(e->st, "rearm", TTL_MS);
+    th_assert_rc(once_deny(e->st, S, "rearm", "dave", "no"), 0);
+    free(pg_in_schema(e, "UPDATE actions SET expires_at = 1 WHERE key = 'rearm'"));
+    v = pg_in_schema(e, "SELECT answer || ',' || coalesce(decided_by, '-') || ',' || coalesce(decision_note, '-')"
+                        " FROM once_reserve('mail', 'rearm', 'cccccccccccccccccccccccccccccccc', 10, 1000, 1000,"
+                        " NULL, NULL, false)");
+    assert_string_equal(v, "reserved,-,-");
     free(v);
 }
 
@@ -795,6 +1032,7 @@ int main(void)
         M(test_approve_claim_complete),
         P(test_approve_claim_complete),
         T(test_deny),
+        M(test_deny),
         P(test_deny),
         T(test_deny_after_approve),
         P(test_deny_after_approve),
@@ -811,8 +1049,12 @@ int main(void)
         M(test_concurrent_claims),
         P(test_concurrent_claims),
         T(test_json),
+        M(test_json),
+        P(test_json),
         T(test_migrate_sqlite),
         P(test_migrate_pg),
+        T(test_migrate_sqlite_decided),
+        P(test_migrate_pg_decided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
