@@ -6,12 +6,17 @@
 
 #include "common/hex.h"
 
+int pct_unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~';
+}
+
 int pct_encode(buf *b, const char *s, size_t n, size_t max)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        int keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                   c == '.' || c == '_' || c == '~';
+        int keep = pct_unreserved(c);
         char e[3] = {(char)c, 0, 0};
         if (!keep) {
             e[0] = '%';
@@ -63,4 +68,30 @@ int pct_valid(const char *s)
         }
     }
     return 1;
+}
+
+size_t pct_normalize(char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%' && i + 2 < n) {
+            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            if (hi >= 0 && lo >= 0) {
+                unsigned char c = (unsigned char)(hi * 16 + lo);
+                if (pct_unreserved(c)) {
+                    s[o++] = (char)c;
+                } else {
+                    s[o++] = '%';
+                    s[o++] = hex_digit((unsigned)hi, 1);
+                    s[o++] = hex_digit((unsigned)lo, 1);
+                }
+                i += 2;
+                continue;
+            }
+        }
+        s[o++] = s[i];
+    }
+    if (o < n)
+        s[o] = '\0';
+    return o;
 }

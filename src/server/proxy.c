@@ -866,17 +866,30 @@ static void proxy_handle(req *r)
 
 /* ---- routes --------------------------------------------------------------- */
 
-/* The target after the upstream's name, checked (target.h): 400
- * bad_request for a broken escape, 400 invalid_path for anything that is
- * not a path under the upstream. */
-static int admit_target(req *r, const char *target, problem *p)
+/* The target that starts at r->uri + at, checked (target.h) and made
+ * canonical in place, so that every rule matches, and the upstream is sent,
+ * one spelling of it: 400 bad_request for a broken escape, 400
+ * ambiguous_path for a path an upstream with path rules could read two
+ * ways, 400 invalid_path for anything that is not a path under the
+ * upstream. */
+static int admit_target(req *r, size_t at, problem *p)
 {
-    char why[160];
-    switch (target_check(target, why, sizeof why)) {
-    case TARGET_OK: r->target = target; return 0;
+    ONCE_ASSERT(at <= strlen(r->uri)); /* the target is r->uri's to rewrite */
+    char *target = r->uri + at;
+    char why[200];
+    target_verdict v = upstream_has_path_rules(r->up) ? target_ambiguous(target, why, sizeof why) : TARGET_OK;
+    if (v == TARGET_OK)
+        v = target_check(target, why, sizeof why);
+    switch (v) {
+    case TARGET_OK: break;
     case TARGET_MALFORMED: return problem_set(p, 400, "bad_request", "Bad request", "%s", why);
+    case TARGET_AMBIGUOUS:
+        return problem_set(p, 400, "ambiguous_path", "Ambiguous path", "%s; nothing was stored or sent", why);
     default: return problem_set(p, 400, "invalid_path", "Invalid path", "%s; nothing was sent", why);
     }
+    target_canon(target);
+    r->target = target;
+    return 0;
 }
 
 /* /v1/proxy/{upstream}{target}: the upstream must exist. */
@@ -909,20 +922,21 @@ static int proxy_admit(req *r, problem *p)
         return problem_set(p, 404, "unknown_upstream", "Unknown upstream", "no upstream named '%s' (%s%s)", name,
                            known[0] ? "upstreams: " : "none is configured", known);
     }
-    return admit_target(r, rest + nlen, p);
+    return admit_target(r, (size_t)(rest - r->uri) + nlen, p);
 }
 
 /* An upstream's own listener: the whole target is the path. */
 static int proxy_admit_listen(req *r, problem *p)
 {
-    return admit_target(r, r->uri, p);
+    return admit_target(r, 0, p);
 }
 
 const route proxy_routes[] = {
     {.pattern = "/v1/proxy/{**}", .name = "proxy", .access = ACCESS_AGENT, .admit = proxy_admit,
-     .any = proxy_handle},
+     .any = proxy_handle, .relays = 1},
     {.pattern = NULL},
 };
 
 const route proxy_listen_route = {
-    .pattern = "{**}", .name = "proxy", .access = ACCESS_AGENT, .admit = proxy_admit_listen, .any = proxy_handle};
+    .pattern = "{**}", .name = "proxy", .access = ACCESS_AGENT, .admit = proxy_admit_listen, .any = proxy_handle,
+    .relays = 1};

@@ -41,9 +41,16 @@ upstream_outcome upstream_classify(const upstream_cfg *up, out_kind kind, long s
  * unknown. */
 once_state upstream_outcome_state(upstream_outcome o);
 
-/* Does a new request (method, target: the path and query after the
- * upstream's prefix) match one of the upstream's approve rules, so that it
- * waits for a human? The query is not part of the match. */
+/* Does a new request (method, target: the canonical path and query after
+ * the upstream's prefix, target_canon) match one of the upstream's approve
+ * rules, so that it waits for a human? Matched without case (a false match
+ * only asks a person), against the path as sent and with ";params" cut and
+ * a trailing '/' dropped, as lenient routers read it. The query is not
+ * part of the match. */
 int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target);
+
+/* Whether the upstream has rules about paths (approve), so that a target
+ * providers could read in more than one way is refused (target_ambiguous). */
+int upstream_has_path_rules(const upstream_cfg *up);
 
 #endif

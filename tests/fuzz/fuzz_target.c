@@ -6,7 +6,11 @@
  * Invariants: a target the check accepts gives a URL whose scheme, host and
  * port are the base's, parsed again by libcurl as the outbound client will
  * parse it, and whose path is under the base's; a refused target comes with
- * a reason.
+ * a reason. The canonical form (target_canon) of an accepted target is
+ * accepted again, by both checks where the original passed both, and is its
+ * own canonical form; a target the stricter check of an upstream with path
+ * rules refuses is refused however it is spelled after canonicalisation, so
+ * it is never forwarded there.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -67,14 +71,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     target_verdict v = target_check(t, why, sizeof why);
     if (v != TARGET_OK && !why[0])
         abort();
+    target_verdict strict = target_ambiguous(t, why, sizeof why);
+    if (strict != TARGET_OK && !why[0])
+        abort();
     if (v == TARGET_OK && strlen(t) == size) {
+        char *c = strdup(t);
+        if (!c)
+            abort();
+        target_canon(c);
+        if (target_check(c, why, sizeof why) != TARGET_OK) {
+            fprintf(stderr, "canonical '%s' of '%s' refused: %s\n", c, t, why);
+            abort();
+        }
+        if ((strict == TARGET_OK) != (target_ambiguous(c, why, sizeof why) == TARGET_OK)) {
+            fprintf(stderr, "'%s' and its canonical '%s' differ in ambiguity\n", t, c);
+            abort();
+        }
+        char *again = strdup(c);
+        if (!again)
+            abort();
+        target_canon(again);
+        if (strcmp(again, c) != 0) {
+            fprintf(stderr, "canonical form not idempotent: '%s' -> '%s'\n", c, again);
+            abort();
+        }
         for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
             char *url = NULL;
-            if (target_url(bases[i], t, &url, why, sizeof why) == 0) {
+            if (target_url(bases[i], c, &url, why, sizeof why) == 0) {
                 check_same_host(bases[i], url);
                 free(url);
             }
         }
+        free(again);
+        free(c);
     }
     free(t);
     return 0;

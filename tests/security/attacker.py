@@ -79,18 +79,26 @@ class Attacker:
                     record["raw"] += chunk
                 buf += chunk
                 while True:
-                    req, buf = _parse_one(buf)
+                    req, buf = self._parse(buf)
                     if req is None:
                         break
                     with self._lock:
                         self.requests.append(req)
-                    body = b'{"attacker":"got it"}'
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    conn.sendall(self._answer(req))
         except OSError:
             pass
         finally:
             conn.close()
+
+    # ---- how a request is read and answered (a subclass may read the way a given provider does)
+
+    def _parse(self, buf):
+        return _parse_one(buf)
+
+    def _answer(self, req):
+        body = b'{"attacker":"got it"}'
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
     # ---- what was seen
 

@@ -58,6 +58,73 @@ static void test_target_refuses_dot_segments(void **state)
         expect_target(bad[i], TARGET_INVALID);
 }
 
+/* "..;" and "..%00" climb out on servers that cut a segment at ';' (Tomcat,
+ * Spring) or at a NUL (C): refused on every upstream. */
+static void test_target_refuses_dot_segments_behind_params(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"/x/..;/admin", "/..;", "/x/%2e%2e;/a", "/x/.;/a", "/x/..%00/a",
+                                      "/x/.%00", "/..;x=1/a", "/a/%2E%2E%3B/b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_target(bad[i], TARGET_INVALID);
+    expect_target("/a;..", TARGET_OK);
+    expect_target("/..a;/b", TARGET_OK);
+}
+
+static void expect_ambiguous(const char *target, target_verdict want)
+{
+    char why[200] = "";
+    target_verdict got = target_ambiguous(target, why, sizeof why);
+    if (got != want)
+        fail_msg("target '%s': ambiguity verdict %d, want %d (%s)", target, got, want, why);
+    if (want != TARGET_OK && !why[0])
+        fail_msg("target '%s': refused without a reason", target);
+}
+
+/* Where path rules apply, a path some provider reads as another path is
+ * refused; the same paths pass target_check on other upstreams. */
+static void test_target_ambiguous(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"/v1%2Frefunds", "/v1%2frefunds", "/a%5Cb", "/a\\b", "/a%00b", "//approve",
+                                      "/v1//refunds", "/x/..;/a", "/x/%2e%2e;/a", "/x/.;p/a", "/x/..", "/%2e",
+                                      "/v1/%2572efunds", "/a%25%32%46b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_ambiguous(bad[i], TARGET_AMBIGUOUS);
+    static const char *const ok[] = {"", "/", "?q=//x%2F", "/v1/refunds/", "/v1/refunds;p=1", "/a%25",
+                                     "/a%25zz", "/100%25", "/caf%C3%A9", "/v1/%72efunds"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        expect_ambiguous(ok[i], TARGET_OK);
+    expect_ambiguous("/%zz", TARGET_MALFORMED);
+}
+
+static void expect_canon(const char *target, const char *want)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", target);
+    target_canon(buf);
+    if (strcmp(buf, want) != 0)
+        fail_msg("canonical form of '%s': '%s', want '%s'", target, buf, want);
+    target_canon(buf);
+    if (strcmp(buf, want) != 0)
+        fail_msg("canonical form of '%s' is not idempotent: '%s'", target, buf);
+}
+
+/* Unreserved characters decoded, other escapes upper-cased, the query as
+ * sent: one spelling per path, for the rules and for the upstream. */
+static void test_target_canon(void **state)
+{
+    (void)state;
+    expect_canon("", "");
+    expect_canon("/v1/%72efunds", "/v1/refunds");
+    expect_canon("/%761/%72%65%66%75%6e%64%73", "/v1/refunds");
+    expect_canon("/caf%c3%a9/%7e%2d%2E%5f", "/caf%C3%A9/~-._");
+    expect_canon("/a%2fb%20c", "/a%2Fb%20c");
+    expect_canon("/x?q=%72%2f", "/x?q=%72%2f");
+    expect_canon("?%72", "?%72");
+    expect_canon("/%25%37%32", "/%2572");
+}
+
 static void test_target_refuses_malformed(void **state)
 {
     (void)state;
@@ -88,6 +155,9 @@ static void test_target_url(void **state)
     expect_url("https://api.example.com/api/public", "", "https://api.example.com/api/public");
     expect_url("http://h:81", "//evil.example/x", "http://h:81//evil.example/x");
     expect_url("http://[::1]:9000", "/a%20b", "http://[::1]:9000/a%20b");
+    /* the path is sent as given (canonical), not re-spelled by libcurl */
+    expect_url("http://127.0.0.1:7700/api", "/caf%C3%A9?q=%2f", "http://127.0.0.1:7700/api/caf%C3%A9?q=%2f");
+    expect_url("http://127.0.0.1:7700", "/x?", "http://127.0.0.1:7700/x?");
 }
 
 /* A target that slipped past target_check must still not leave the
@@ -276,6 +346,9 @@ int main(void)
         cmocka_unit_test(test_target_refuses_other_hosts),
         cmocka_unit_test(test_target_refuses_dot_segments),
         cmocka_unit_test(test_target_refuses_malformed),
+        cmocka_unit_test(test_target_refuses_dot_segments_behind_params),
+        cmocka_unit_test(test_target_ambiguous),
+        cmocka_unit_test(test_target_canon),
         cmocka_unit_test(test_target_url),
         cmocka_unit_test(test_target_url_keeps_host),
         cmocka_unit_test(test_access_roles),

@@ -127,8 +127,9 @@ static void test_empty_lists(void **state)
 }
 
 /* approve = POST /v1/refunds*, DELETE /v1/customers/ *, * /admin/ *: the
- * method exactly or any, '*' over any characters (slashes too), the query
- * never part of the match. */
+ * method or any, '*' over any characters (slashes too), letters without
+ * case (a false match only asks a person), the query never part of the
+ * match. */
 static void test_approval_rules(void **state)
 {
     (void)state;
@@ -140,7 +141,8 @@ static void test_approval_rules(void **state)
     assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds/re_1?expand=x"));
     assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds?x=1"));
     assert_false(upstream_needs_approval(&up, "PUT", "/v1/refunds"));
-    assert_false(upstream_needs_approval(&up, "post", "/v1/refunds"));
+    assert_true(upstream_needs_approval(&up, "post", "/v1/refunds"));
+    assert_true(upstream_needs_approval(&up, "POST", "/V1/Refunds"));
     assert_false(upstream_needs_approval(&up, "POST", "/v1/refund"));
     assert_false(upstream_needs_approval(&up, "POST", "/x/v1/refunds"));
     assert_true(upstream_needs_approval(&up, "DELETE", "/v1/customers/cu_1"));
@@ -157,6 +159,26 @@ static void test_approval_rules(void **state)
     assert_true(upstream_needs_approval(&up, "PATCH", "/anything?q"));
     up.napprove = 0;
     assert_false(upstream_needs_approval(&up, "POST", "/v1/refunds"));
+    assert_false(upstream_has_path_rules(&up));
+}
+
+/* A rule holds however a lenient router reads the path: ";params" cut from
+ * each segment, a trailing '/' dropped; the path as sent still counts. */
+static void test_approval_rules_as_routed(void **state)
+{
+    (void)state;
+    static char *rules[] = {"POST /v1/refunds", "DELETE /v1/customers/*/cards"};
+    upstream_cfg up = demo();
+    up.approve = rules;
+    up.napprove = 2;
+    assert_true(upstream_has_path_rules(&up));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds"));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds/"));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1/refunds;jsessionid=1"));
+    assert_true(upstream_needs_approval(&up, "POST", "/v1;x=1/refunds;y=2/?q"));
+    assert_false(upstream_needs_approval(&up, "POST", "/v1/refunds/re_1"));
+    assert_true(upstream_needs_approval(&up, "DELETE", "/v1/customers/c;v=1/cards/"));
+    assert_false(upstream_needs_approval(&up, "DELETE", "/v1/customers/c/cards/x"));
 }
 
 int main(void)
@@ -169,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_transport_endings),
         cmocka_unit_test(test_empty_lists),
         cmocka_unit_test(test_approval_rules),
+        cmocka_unit_test(test_approval_rules_as_routed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
