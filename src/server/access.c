@@ -10,6 +10,9 @@
 
 #include <openssl/crypto.h>
 
+#include "common/hex.h"
+#include "common/pct.h"
+
 /* The configured token the header carries, or NULL. Every token is
  * compared, each in constant time, so timing tells nothing about how much
  * of which token matched. */
@@ -73,6 +76,53 @@ int access_check(const once_config *cfg, access_level need, const char *authoriz
                            "this is an operator's decision; the token '%s' is an agent's", t->name);
     *who = t;
     return 0;
+}
+
+/* Whether s[0..n) is a port: 1 to 5 digits, at most 65535. */
+static int host_port_valid(const char *s, size_t n)
+{
+    unsigned long v = 0;
+    if (n == 0 || n > 5)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+    }
+    return v <= 65535;
+}
+
+/* Whether c may stand in an RFC 3986 reg-name (unreserved, sub-delims; '%'
+ * escapes are checked by the caller). */
+static int host_reg_char(unsigned char c)
+{
+    return pct_unreserved(c) || (c != '\0' && strchr("!$&'()*+,;=", c) != NULL);
+}
+
+int access_host_valid(const char *host)
+{
+    size_t n = strlen(host), i = 0;
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+        if (!end || end == host + 1)
+            return 0;
+        for (const char *c = host + 1; c < end; c++)
+            if (hex_value(*c) < 0 && *c != ':' && *c != '.')
+                return 0;
+        i = (size_t)(end - host) + 1;
+    } else {
+        while (i < n && host[i] != ':') {
+            if (host[i] == '%' ? hex_value(host[i + 1]) < 0 || hex_value(host[i + 2]) < 0
+                               : !host_reg_char((unsigned char)host[i]))
+                return 0;
+            i += host[i] == '%' ? 3 : 1;
+        }
+        if (i == 0)
+            return 0;
+    }
+    if (i == n)
+        return 1;
+    return host[i] == ':' && host_port_valid(host + i + 1, n - i - 1);
 }
 
 /* Host without its port: "[::1]:80" -> "::1", "a.b:80" -> "a.b". */

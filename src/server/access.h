@@ -32,4 +32,11 @@ int access_check(const once_config *cfg, access_level need, const char *authoriz
 int access_browser(const once_config *cfg, int tls, const char *host, const char *origin, const char *fetch_site,
                    problem *p);
 
+/* Whether a Host header's value is host[:port] as RFC 3986 spells an
+ * authority without userinfo: an IP literal in brackets, or a reg-name
+ * (an IPv4 address is one), and a port of 1-5 digits up to 65535. A value
+ * with '@', a path or a second ':' names no one host, and the DNS-rebinding
+ * and Origin checks must not be asked to guess which. */
+int access_host_valid(const char *host);
+
 #endif

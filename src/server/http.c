@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/pct.h"
+#include "server/access.h"
 #include "server/guard.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -66,6 +68,13 @@ static enum MHD_Result send_ready(req *r)
     }
     if (r->outcome)
         MHD_add_response_header(resp, "Once-Outcome", r->outcome);
+    if (r->match.rt && r->match.rt->relays) {
+        /* An upstream's answer is not the gateway's page: rendered in an
+         * operator's browser on the console's origin, its script must run
+         * nowhere (API clients ignore both). */
+        MHD_add_response_header(resp, "Content-Security-Policy", "sandbox");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    }
     for (int i = 0; i < r->nextra; i++)
         MHD_add_response_header(resp, r->extra_name[i], r->extra_value[i]);
     enum MHD_Result ok = MHD_queue_response(r->conn, status, resp);
@@ -76,17 +85,47 @@ static enum MHD_Result send_ready(req *r)
     return ok;
 }
 
-typedef struct framing {
+/* What the header phase learns from the header fields in one pass. */
+typedef struct head_scan {
     int content_length;
     const char *first_cl;
     int cl_differ;
     int transfer_encoding;
-} framing;
+    int hosts;
+    int bad_field; /* a name that is not a token, or a value with a control character */
+} head_scan;
 
-static enum MHD_Result framing_scan(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+/* Whether name is an RFC 9110 token (tchar+): a folded line or a bare CR
+ * that libmicrohttpd let through shows up as a name with ':' or a space. */
+static int field_name_valid(const char *name)
+{
+    if (!name || !*name)
+        return 0;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        if (!(pct_unreserved(*c) || (*c > 0x20 && *c < 0x7f && strchr("!#$%&'*+^`|", *c))))
+            return 0;
+    return 1;
+}
+
+/* Whether value holds no control character but HTAB: a bare CR is a line
+ * end to some providers, which would then read the header fields once
+ * promises to drop (RFC 9112 2.2: reject, never forward). */
+static int field_value_valid(const char *value)
+{
+    for (const unsigned char *c = (const unsigned char *)(value ? value : ""); *c; c++)
+        if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
+            return 0;
+    return 1;
+}
+
+static enum MHD_Result head_scan_field(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
 {
     (void)kind;
-    framing *f = cls;
+    head_scan *f = cls;
+    if (!field_name_valid(name) || !field_value_valid(value))
+        f->bad_field = 1;
+    if (!name)
+        return MHD_YES;
     if (strcasecmp(name, "Content-Length") == 0) {
         if (f->content_length++ && (!value || !f->first_cl || strcmp(value, f->first_cl) != 0))
             f->cl_differ = 1;
@@ -94,18 +133,46 @@ static enum MHD_Result framing_scan(void *cls, enum MHD_ValueKind kind, const ch
             f->first_cl = value;
     } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
         f->transfer_encoding = 1;
+    } else if (strcasecmp(name, "Host") == 0) {
+        f->hosts++;
     }
     return MHD_YES;
 }
 
-/* Requests whose length is ambiguous (two different Content-Lengths, or a
- * Content-Length beside Transfer-Encoding) are how requests get smuggled
- * past proxies: RFC 9112 6.3 says reject them. */
-static int framing_ambiguous(struct MHD_Connection *conn)
+/* The checks of the header fields themselves, before any is believed:
+ * fields that are not HTTP (a control character, a folded line), a length
+ * that is ambiguous (two different Content-Lengths, or one beside
+ * Transfer-Encoding: how requests get smuggled past proxies, RFC 9112 6.3),
+ * and a Host that names no one host. 0, or -1 with p. */
+static int front_fields(req *r, problem *p)
 {
-    framing f = {0};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_scan, &f);
-    return f.cl_differ || (f.content_length && f.transfer_encoding);
+    head_scan f = {0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, head_scan_field, &f);
+    if (f.bad_field)
+        return problem_set(p, 400, "bad_request", "Bad request",
+                           "a header field with a control character (a bare CR, say) or a folded line "
+                           "(RFC 9112 2.2, 5.2); nothing was sent");
+    if (f.cl_differ || (f.content_length && f.transfer_encoding))
+        return problem_set(p, 400, "bad_request", "Bad request",
+                           "ambiguous message length (Content-Length repeated or beside Transfer-Encoding)");
+    const char *host = req_header(r, "Host");
+    if (f.hosts > 1 || (host && !access_host_valid(host)))
+        return problem_set(p, 400, "bad_request", "Bad request",
+                           f.hosts > 1 ? "more than one Host header" : "Host must be host[:port] (RFC 3986)");
+    return 0;
+}
+
+/* TRACE would echo the request, credentials once injected included, back
+ * to the agent; CONNECT would make once a tunnel. Neither is served, on any
+ * route, before anything is stored or sent. */
+static int front_method(req *r, problem *p)
+{
+    if (strcmp(r->method, "TRACE") != 0 && strcmp(r->method, "CONNECT") != 0)
+        return 0;
+    problem_set(p, 405, "method_not_allowed", "Method not allowed", "once serves neither TRACE nor CONNECT");
+    p->header = "Allow";
+    snprintf(p->header_value, sizeof p->header_value, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    return -1;
 }
 
 /* The header phase: everything that can be decided before a body byte is
@@ -115,9 +182,8 @@ static int front_decide(req *r, problem *p)
     server *srv = r->srv;
     const once_config *cfg = srv->cfg;
     r->route = "any";
-    if (framing_ambiguous(r->conn))
-        return problem_set(p, 400, "bad_request", "Bad request",
-                           "ambiguous message length (Content-Length repeated or beside Transfer-Encoding)");
+    if (front_fields(r, p) < 0 || front_method(r, p) < 0)
+        return -1;
     if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
         /* A kept-alive connection sent one more: nothing new starts now. */
         req_set_header(r, "Connection", "close");
@@ -321,9 +387,13 @@ struct MHD_Daemon *http_listen(http_listener *l, int threads, unsigned max_conn,
     }
     l->tls = cert != NULL;
     guard *g = l->srv->guard;
+    /* GnuTLS's secure defaults, TLS 1.2 and 1.3 only: 1.0 and 1.1 are
+     * deprecated (RFC 8996). */
+    static const char tls_priorities[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
     struct MHD_OptionItem tls_opts[] = {
         {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)tls_priorities},
         {MHD_OPTION_END, 0, NULL},
     };
     struct MHD_Daemon *d = MHD_start_daemon(

@@ -32,6 +32,7 @@ typedef struct route {
     access_level access;
     route_admit_fn admit;    /* may be NULL */
     route_fn any;            /* every method, or NULL to use methods */
+    int relays;              /* answers relay an upstream's bytes: sandboxed (http.c) */
     struct {
         const char *method;  /* "GET" also answers HEAD unless HEAD has its own row */
         route_fn handle;

@@ -6,7 +6,8 @@
  * The input is split at NUL bytes into method, target, Host, Origin,
  * Sec-Fetch-Site and Authorization. Invariants: every refusal carries a
  * status and a code; captures point inside the target; an operator route is
- * never granted to an agent token or to no token while tokens exist.
+ * never granted to an agent token or to no token while tokens exist; a Host
+ * accepted as host[:port] holds no userinfo, path, query or white space.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         part[i] = p;
         p += strlen(p) + 1;
     }
+    if (part[2] && access_host_valid(part[2]) && strpbrk(part[2], "@/?#\\ \t\r\n"))
+        abort();
     once_config open = {0}, closed = {.tokens = tokens, .ntokens = 2, .metrics_token = "m"};
     const once_config *cfgs[] = {&open, &closed};
     for (int c = 0; c < 2; c++) {

@@ -166,6 +166,20 @@ def test_route_role_table(gw, provider, route, role):
         assert r.status_code == want, f"{route.name} as {role}: expected {want}" + describe(r)
 
 
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT"])
+@pytest.mark.parametrize("role", list(ROLES))
+@pytest.mark.parametrize("route", ROUTES, ids=[r.name for r in ROUTES])
+def test_route_role_table_trace_and_connect(gw, provider, route, role, method):
+    """TRACE (which echoes the request, injected credentials included) and CONNECT (a
+    tunnel) on every route, in every role: 405 before anything is stored or sent."""
+    _, path, _, headers = route.make(gw)
+    provider.reset()
+    r = gw.request(method, path, headers=dict(headers, **sh.bearer(ROLES[role])))
+    assert_problem(r, 405, "method_not_allowed")
+    assert "TRACE" not in r.headers.get("Allow", "TRACE") and "CONNECT" not in r.headers["Allow"], describe(r)
+    sh.assert_provider_saw_nothing(provider)
+
+
 # ----------------------------------------------------------------------------- attacks on the roles
 
 def test_agent_cannot_resolve_and_nothing_changes(gw):

@@ -7,6 +7,8 @@
   upstream_unreachable, nothing was sent and the key is released;
 - mutual TLS: an upstream that requires a client certificate gets `tls_cert`/`tls_key`.
 """
+import subprocess
+
 import pytest
 import requests
 
@@ -105,6 +107,36 @@ def test_upstream_listener_serves_https(gateway, pki, provider):
     assert r.status_code == 200 and outcome(r) == "completed", describe(r)
     assert provider.count() == 1
     assert_not_plain_http(port)
+
+
+def s_client(port, version):
+    """Whether `openssl s_client` completes a handshake on port with only version
+    (tls1, tls1_1, tls1_2, tls1_3). SECLEVEL=0 lets the client offer the old versions
+    at all (Debian's OpenSSL refuses them by default): only the server may say no."""
+    args = ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", f"-{version}", "-brief"]
+    if version in ("tls1", "tls1_1"):
+        args += ["-cipher", "DEFAULT@SECLEVEL=0"]
+    r = subprocess.run(args, input=b"", capture_output=True, timeout=20)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    return r.returncode == 0 and "Protocol version" in out, out
+
+
+@pytest.mark.parametrize("version,accepted", [("tls1", False), ("tls1_1", False), ("tls1_2", True),
+                                              ("tls1_3", True)])
+def test_listeners_speak_tls_1_2_and_1_3_only(gateway, pki, provider, monkeypatch, version, accepted):
+    """TLS 1.0 and 1.1 are refused (RFC 8996), on the gateway's port and an upstream's own
+    listener; 1.2 and 1.3 work. The old build accepted `openssl s_client -tls1_1`."""
+    port = free_port()
+    gw = gateway(server={"tls_cert": pki.server_cert, "tls_key": pki.server_key},
+                 upstreams={"up": {"url": provider.url, "listen": f"127.0.0.1:{port}",
+                                   "listen_tls_cert": pki.server_cert, "listen_tls_key": pki.server_key}},
+                 start=False)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(pki.ca_cert))
+    gw.url = f"https://127.0.0.1:{gw.port}"
+    gw.start()
+    for p in (gw.port, port):
+        ok, out = s_client(p, version)
+        assert ok == accepted, f"{version} on port {p}: handshake {'done' if ok else 'refused'}\n{out[-1500:]}"
 
 
 # ----------------------------------------------------------------------------- https upstreams
