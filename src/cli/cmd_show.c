@@ -104,6 +104,14 @@ static int show_print_action(const void *rec)
     }
     if (rc == ONCE_OK)
         rc = cli_print_text("note", a->note);
+    /* Who decided on an approval, and why: shown whenever an action has
+     * (or had) a decision to take; "-" while undecided, or when nobody
+     * decided in time. */
+    int decision = a->decided_by || a->state == ONCE_STATE_AWAITING_APPROVAL || a->state == ONCE_STATE_DENIED;
+    if (rc == ONCE_OK && decision)
+        rc = cli_print_text("decided_by", a->decided_by);
+    if (rc == ONCE_OK && decision)
+        rc = cli_print_text("decision_note", a->decision_note);
     if (rc == ONCE_OK && a->lookups)
         printf("lookups: %lld\n", (long long)a->lookups);
     /* The reconciliation trail, one step per line, as the operator needs it

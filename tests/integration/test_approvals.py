@@ -85,6 +85,12 @@ def assert_awaiting(r, key):
     return j
 
 
+def assert_decision(rec, by, note):
+    """The record names who decided and why as members of their own (null: undecided, or no note)."""
+    assert "decided_by" in rec and "decision_note" in rec, rec
+    assert rec["decided_by"] == by and rec["decision_note"] == note, rec
+
+
 def trail(rec):
     """The record's trail (a JSON array of stamped lines) as one text."""
     return "\n".join(rec.get("trail") or [])
@@ -111,6 +117,7 @@ def test_approved_request_is_sent_once_and_replayed(tmp_path, provider, store_ki
         assert_awaiting(charge(g, key), key)
     rec = record(g, key)
     assert rec["state"] == "awaiting_approval" and rec.get("approved_at") is None, rec
+    assert_decision(rec, None, None)
     assert rec["request"]["method"] == "POST" and rec["request"]["target"] == "/charges", rec
     assert json.loads(rec["request"]["body"]) == BODY, rec
     time.sleep(3 * LOOP_S)
@@ -119,10 +126,13 @@ def test_approved_request_is_sent_once_and_replayed(tmp_path, provider, store_ki
     a = decide(g, key, "approve", note="looks right")
     assert a.status_code == 200, describe(a)
     assert a.json()["key"] == key
+    # without tokens the decider is "operator": a member of the record, not only trail text
+    assert_decision(a.json(), "operator", "looks right")
     assert provider.wait_count(1, timeout=SEND_WITHIN_S) == 1, "the approved request was not sent"
     rec = wait_state(g, key, ("completed",))
     assert rec["state"] == "completed", rec
     assert "approved by operator: looks right" in trail(rec), rec
+    assert_decision(rec, "operator", "looks right")  # kept after it is sent
 
     eff = provider.effects()[0]
     assert eff["method"] == "POST" and eff["path"] == "/charges", eff
@@ -166,6 +176,7 @@ def test_denied_request_is_never_sent(tmp_path, provider, store_kind, gateways):
     d = decide(g, key, "deny", note="amount too high")
     assert d.status_code == 200, describe(d)
     assert d.json()["state"] == "denied", d.json()
+    assert_decision(d.json(), "operator", "amount too high")
     for _ in range(2):
         r = charge(g, key)
         j = assert_problem(r, 403, "denied")
@@ -176,9 +187,17 @@ def test_denied_request_is_never_sent(tmp_path, provider, store_kind, gateways):
     assert_problem(decide(g, new_key("nobody"), "approve"), 404, "not_found")
     rec = record(g, key)
     assert rec["state"] == "denied" and "denied by operator: amount too high" in trail(rec), rec
+    assert_decision(rec, "operator", "amount too high")
+    # without a note: who, and no note
+    other = new_key("deny-nonote")
+    assert_awaiting(charge(g, other), other)
+    d = decide(g, other, "deny")
+    assert d.status_code == 200, describe(d)
+    assert_decision(d.json(), "operator", None)
+    assert d.json()["note"] == "denied by operator", d.json()
     time.sleep(3 * LOOP_S)
     assert provider.count() == 0
-    assert metric(g, "once_approvals_total", scope="demo", decision="denied") == 1
+    assert metric(g, "once_approvals_total", scope="demo", decision="denied") == 2
 
 
 def test_undecided_request_expires_after_approve_ttl(tmp_path, provider, store_kind, gateways):
@@ -192,6 +211,7 @@ def test_undecided_request_expires_after_approve_ttl(tmp_path, provider, store_k
     rec = wait_state(g, key, ("denied",), timeout=1 + LOOP_S + 8)
     assert rec["state"] == "denied", rec
     assert "expired" in (rec.get("note") or ""), rec
+    assert_decision(rec, None, None)  # nobody decided: no human's name
     j = assert_problem(charge(g, key), 403, "denied")
     assert "expired" in j["note"], j
     assert_problem(decide(g, key, "approve"), 409, "invalid_transition")
@@ -358,6 +378,10 @@ def test_cli_approval_while_the_gateway_runs(tmp_path, provider, store_kind, gat
     show = g.cli("show", "demo", key)
     assert show.returncode == 0 and "state: awaiting_approval" in show.stdout and "decide_by:" in show.stdout, \
         show.stdout
+    assert "decided_by: -" in show.stdout.splitlines(), show.stdout
+    shown = g.cli("show", "demo", key, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert_decision(json.loads(shown.stdout), None, None)
     a = g.cli("approve", "demo", key, "--note", "ok by phone")
     assert a.returncode == 0, a.stderr
     assert a.stdout.startswith("approved "), a.stdout
@@ -366,8 +390,18 @@ def test_cli_approval_while_the_gateway_runs(tmp_path, provider, store_kind, gat
     assert provider.wait_count(1, timeout=SEND_WITHIN_S) == 1
     rec = wait_state(g, key, ("completed",))
     assert rec["state"] == "completed" and "approved by cli: ok by phone" in trail(rec), rec
+    assert_decision(rec, "cli", "ok by phone")
     j = assert_problem(charge(g, other), 403, "denied")
     assert j["note"] == "no"
+    # `once show --json` is the same record; `once show` prints both lines
+    for k, note in ((key, "ok by phone"), (other, "no")):
+        shown = g.cli("show", "demo", k, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert_decision(json.loads(shown.stdout), "cli", note)
+        shown = g.cli("show", "demo", k)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert "decided_by: cli" in lines and f"decision_note: {note}" in lines, shown.stdout
     again = g.cli("deny", "demo", key)
     assert again.returncode == 1 and again.stderr.startswith("once: ") and len(again.stderr.splitlines()) == 1, \
         again.stderr
@@ -417,8 +451,16 @@ def test_only_operators_decide_and_the_trail_names_them(tmp_path, provider, stor
     a = decide(g, key, "approve", note="ok", headers=oper)
     assert a.status_code == 200, describe(a)
     assert provider.wait_count(1, timeout=SEND_WITHIN_S) == 1
+    assert_decision(a.json(), "alice", "ok")
     r = g.action("demo", key, headers=oper)
     assert "approved by alice: ok" in trail(r.json()), r.json()
+    assert_decision(r.json(), "alice", "ok")
+    no = new_key("roles-deny")
+    assert_awaiting(charge(g, no, headers=agent), no)
+    d = decide(g, no, "deny", headers=oper)
+    assert d.status_code == 200, describe(d)
+    assert_decision(d.json(), "alice", None)
+    assert_decision(g.action("demo", no, headers=oper).json(), "alice", None)
 
 
 def test_bad_decision_bodies_are_refused(tmp_path, provider, store_kind, gateways):

@@ -15,8 +15,8 @@ from conftest import REPO_ROOT
 
 RECORD_FIELDS = {
     "scope", "key", "state", "attempt", "created_at", "updated_at",
-    "lease_expires_at", "expires_at", "approved_at", "fingerprint", "request", "provider_id", "error",
-    "note", "response", "lookups", "trail",
+    "lease_expires_at", "expires_at", "approved_at", "decided_by", "decision_note", "fingerprint", "request",
+    "provider_id", "error", "note", "response", "lookups", "trail",
 }
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LS_HEADER = ["SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"]
@@ -237,6 +237,7 @@ def test_show_table(cli, store, ledger):
     assert f["fingerprint"] == "-"
     assert f["error"] == "-"
     assert f["note"] == "-"
+    assert "decided_by" not in f and "decision_note" not in f  # no approval: no decision lines
     assert "201" in f["response"] and "13 bytes" in f["response"]
     assert f["body"] == "charged 5 EUR"
     assert "content-type" in f["headers"]
@@ -284,6 +285,8 @@ def test_show_json(cli, store, ledger):
     assert rec["fingerprint"] == "fp-1"
     assert rec["provider_id"] == "ch_42"
     assert rec["error"] is None and rec["note"] is None
+    # no approval, so nobody decided (tests/integration/test_approvals.py has decided ones)
+    assert rec["approved_at"] is None and rec["decided_by"] is None and rec["decision_note"] is None
     for name in ("created_at", "updated_at", "lease_expires_at", "expires_at"):
         assert TIME_RE.match(rec[name]), name
     assert rec["created_at"] <= rec["updated_at"] < rec["expires_at"]
