@@ -11,15 +11,20 @@
  * notifications (which make the gateway forget them). A stdio server has
  * one client, once (mcp_stdio.c): once answers an agent's initialize with
  * the server's, and relays the agent's other requests under its own ids.
+ * A request that finds a stdio server (re)starting waits for it (up to the
+ * server's timeout) on the bridge's list, its connection parked; /readyz
+ * asks mcp_ready whether every stdio server has started.
  */
 #include "server/mcp.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <openssl/rand.h>
 
+#include "common/clock.h"
 #include "common/hex.h"
 #include "common/sse.h"
 #include "server/log.h"
@@ -67,6 +72,18 @@ void mcp_free(server *srv)
     }
     free(srv->mcp);
     srv->mcp = NULL;
+}
+
+int mcp_ready(server *srv, char *name, size_t cap)
+{
+    for (size_t i = 0; srv->mcp && i < srv->cfg->nupstreams; i++) {
+        const mcp_rt *rt = &srv->mcp[i];
+        if (rt->stdio && !mcp_stdio_started(rt->stdio)) {
+            snprintf(name, cap, "%s", rt->up->name);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 mcp_rt *mcp_runtime(server *srv, const upstream_cfg *up)
@@ -288,6 +305,26 @@ static void reply_rpc(req *r, unsigned status, char *text, const char *session)
     req_reply(r, status, resp);
 }
 
+/* A 503 for a request that found the stdio server not running: nothing
+ * was sent, and a retry in a moment may be served. */
+static void stdio_unavailable(req *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void stdio_unavailable(req *r, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    req_set_header(r, "Retry-After", "1");
+    req_problem(r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was sent", why);
+}
+
+/* Why a wait for a stdio server ended without it. */
+static const char *unready_why(mcp_stdio_readiness how)
+{
+    return how == MCP_STDIO_STOPPED ? "the gateway is stopping" : "it did not start within its timeout";
+}
+
 typedef struct spass {
     req *r;
     mcp_rt *rt;
@@ -295,6 +332,7 @@ typedef struct spass {
     json_t *id;
     int learn;
     int first_page;
+    int64_t ready_deadline; /* of a wait for the server to (re)start; 0 before one */
 } spass;
 
 static void spass_free(void *arg)
@@ -323,26 +361,65 @@ static void on_stdio_answer(void *ctx, json_t *msg, int sent, const char *why)
     reply_rpc(r, 200, text, NULL);
 }
 
-/* On a worker: the write may wait on the server's pipe (up to a bound). */
+static void stdio_send(void *arg);
+
+/* The server is back (or the wait is over): sent from a worker, never
+ * from the bridge. */
+static void on_pass_ready(void *ctx, mcp_stdio_readiness how)
+{
+    spass *p = ctx;
+    if (how != MCP_STDIO_READY)
+        stdio_unavailable(p->r, "the stdio MCP server '%s' is not running: %s", p->rt->up->name, unready_why(how));
+    else if (worker_run(p->r->srv->worker, stdio_send, p) < 0)
+        req_not_started(p->r, "the worker queue refused it");
+}
+
+/* On a worker: the write may wait on the server's pipe (up to a bound). A
+ * server (re)starting is waited for, up to its timeout. */
 static void stdio_send(void *arg)
 {
     spass *p = arg;
+    const upstream_cfg *up = p->rt->up;
     char why[160];
-    if (mcp_stdio_call(p->rt->stdio, p->msg, p->rt->up->timeout_ms, on_stdio_answer, NULL, p, why, sizeof why) < 0)
-        req_problem(p->r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was sent", why);
+    for (;;) {
+        int rc = mcp_stdio_call(p->rt->stdio, p->msg, up->timeout_ms, on_stdio_answer, NULL, p, why, sizeof why);
+        if (rc == 0)
+            return;
+        if (rc != MCP_STDIO_NOT_READY)
+            break;
+        if (!p->ready_deadline)
+            p->ready_deadline = clock_mono_ms() + up->timeout_ms;
+        int w = mcp_stdio_when_ready(p->rt->stdio, p->ready_deadline, on_pass_ready, p);
+        if (w == 0)
+            return; /* on_pass_ready answers or sends */
+        if (w < 0) {
+            snprintf(why, sizeof why, "the stdio MCP server '%s' did not start within its timeout", up->name);
+            break;
+        }
+    }
+    stdio_unavailable(p->r, "%s", why);
 }
 
-/* An initialize is answered by once with the server's own answer to once's
- * initialize; the session id only names the agent's session to itself. */
-static void stdio_initialize(req *r, mcp_rt *rt, json_t *msg)
+/* An agent's initialize of a stdio server, waiting for the server. */
+typedef struct sinit {
+    req *r;
+    mcp_rt *rt;
+    json_t *id;
+    int64_t deadline;
+} sinit;
+
+static void sinit_free(void *arg)
 {
-    json_t *result = mcp_stdio_init_result(rt->stdio);
-    if (!result) {
-        req_set_header(r, "Retry-After", "1");
-        req_problem(r, 503, "upstream_unavailable", "Upstream unavailable", NULL,
-                    "the stdio MCP server '%s' is starting or restarting; try again shortly", rt->up->name);
-        return;
-    }
+    sinit *w = arg;
+    if (w)
+        json_decref(w->id);
+    free(w);
+}
+
+/* once's answer to an initialize: the server's own answer to once's, and a
+ * session id that only names the agent's session to itself. */
+static void init_answer(req *r, const json_t *id, json_t *result)
+{
     unsigned char raw[16];
     char session[33];
     if (RAND_bytes(raw, sizeof raw) != 1) {
@@ -351,10 +428,57 @@ static void stdio_initialize(req *r, mcp_rt *rt, json_t *msg)
         return;
     }
     hex_encode(raw, sizeof raw, session);
-    json_t *o = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", json_object_get(msg, "id"), "result", result);
+    json_t *o = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? (json_t *)id : json_null(), "result",
+                          result);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     reply_rpc(r, 200, text, session);
+}
+
+static void on_init_ready(void *ctx, mcp_stdio_readiness how);
+
+/* Answers w's initialize if the server is ready, else waits for it (the
+ * connection stays parked: no thread waits). Any thread; the bridge's
+ * when the wait ends. */
+static void init_try(sinit *w)
+{
+    for (;;) {
+        json_t *result = mcp_stdio_init_result(w->rt->stdio);
+        if (result) {
+            init_answer(w->r, w->id, result);
+            return;
+        }
+        int rc = mcp_stdio_when_ready(w->rt->stdio, w->deadline, on_init_ready, w);
+        if (rc == 0)
+            return;
+        if (rc < 0)
+            break;
+        /* ready again: its answer is there now, unless it died at once */
+    }
+    stdio_unavailable(w->r, "the stdio MCP server '%s' did not start within its timeout", w->rt->up->name);
+}
+
+static void on_init_ready(void *ctx, mcp_stdio_readiness how)
+{
+    sinit *w = ctx;
+    if (how == MCP_STDIO_READY)
+        init_try(w);
+    else
+        stdio_unavailable(w->r, "the stdio MCP server '%s' is not running: %s", w->rt->up->name, unready_why(how));
+}
+
+/* An initialize is answered by once with the server's own answer to once's
+ * initialize; while the server (re)starts, it waits for it. */
+static void stdio_initialize(req *r, mcp_rt *rt, json_t *msg)
+{
+    sinit *w = req_state_new(r, sizeof *w, sinit_free);
+    if (!w)
+        return;
+    w->r = r;
+    w->rt = rt;
+    w->id = json_incref(json_object_get(msg, "id"));
+    w->deadline = clock_mono_ms() + rt->up->timeout_ms;
+    init_try(w);
 }
 
 static void pass_stdio(req *r, mcp_rt *rt, json_t *msg)

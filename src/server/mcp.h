@@ -41,6 +41,11 @@ int mcp_start(server *srv);
 void mcp_stop(server *srv);
 /* Frees the runtimes, once no HTTP thread can reach them. */
 void mcp_free(server *srv);
+/* Is every stdio server started (it answered once's initialize since the
+ * gateway started)? /readyz asks: an agent that connects the moment the
+ * gateway says ready must find its server there. 0 yes; -1 no, and name
+ * (cap bytes) gets the first that is not. */
+int mcp_ready(server *srv, char *name, size_t cap);
 /* The runtime of up (an [mcp.NAME] server), or NULL. */
 mcp_rt *mcp_runtime(server *srv, const upstream_cfg *up);
 

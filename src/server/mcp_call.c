@@ -57,6 +57,8 @@ typedef struct mcall {
     json_t *final;       /* the server's response message */
     int sent;            /* the call may have reached the server */
     int relay_http;      /* an HTTP refusal, passed on as it came (released) */
+    int unready;         /* released: the stdio server did not start within its timeout */
+    int64_t ready_deadline; /* of the wait for a (re)starting stdio server; 0 before one */
     mcp_verdict verdict;
     char why[MCP_WHY_MAX];
     once_response rec;
@@ -294,7 +296,11 @@ static void on_recorded(void *ctx, int rc, const char *detail)
         break;
     case MCP_RELEASED:
         metrics_action(m, name, MO_RELEASED);
-        if (!mc->sent && !mc->stream) {
+        if (!mc->sent && !mc->stream && mc->unready) {
+            req_set_header(mc->r, "Retry-After", "1");
+            req_problem(mc->r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was done",
+                        mc->why);
+        } else if (!mc->sent && !mc->stream) {
             req_problem(mc->r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s; nothing was done",
                         mc->why);
         } else if (mc->relay_http && !mc->stream) {
@@ -477,16 +483,56 @@ static void on_stdio_done(void *ctx, json_t *msg, int sent, const char *why)
     record(mc);
 }
 
+static void forward_stdio(void *arg);
+
+/* Nothing was sent: the key is released, so the retry runs the call. */
+static void stdio_not_sent(mcall *mc, int unready)
+{
+    mc->verdict = MCP_RELEASED;
+    mc->sent = 0;
+    mc->unready = unready;
+    record(mc);
+}
+
+/* The wait for a (re)starting server ended (bridge thread): the call goes
+ * from a worker, never from the bridge. */
+static void on_stdio_ready(void *ctx, mcp_stdio_readiness how)
+{
+    mcall *mc = ctx;
+    if (how == MCP_STDIO_READY && worker_run(mc->srv->worker, forward_stdio, mc) == 0)
+        return;
+    snprintf(mc->why, sizeof mc->why, "the stdio MCP server '%s' is not running: %s", mc->up->name,
+             how == MCP_STDIO_LATE ? "it did not start within its timeout" : "the gateway is stopping");
+    stdio_not_sent(mc, how == MCP_STDIO_LATE);
+}
+
 /* On a worker: writing to a stdio server may wait on its pipe (up to a
- * bound), which neither the store's writer nor an HTTP thread may. */
+ * bound), which neither the store's writer nor an HTTP thread may. A
+ * server (re)starting is waited for, up to its timeout, with the call
+ * reserved (a duplicate waits for it as for any call in flight). */
 static void forward_stdio(void *arg)
 {
     mcall *mc = arg;
-    if (mcp_stdio_call(mc->rt->stdio, mc->msg, mc->up->timeout_ms, on_stdio_done, on_stdio_note, mc, mc->why,
-                       sizeof mc->why) < 0) {
-        mc->verdict = MCP_RELEASED;
-        mc->sent = 0;
-        record(mc);
+    for (;;) {
+        int rc = mcp_stdio_call(mc->rt->stdio, mc->msg, mc->up->timeout_ms, on_stdio_done, on_stdio_note, mc,
+                                mc->why, sizeof mc->why);
+        if (rc == 0)
+            return;
+        if (rc != MCP_STDIO_NOT_READY) {
+            stdio_not_sent(mc, 0);
+            return;
+        }
+        if (!mc->ready_deadline)
+            mc->ready_deadline = clock_mono_ms() + mc->up->timeout_ms;
+        int w = mcp_stdio_when_ready(mc->rt->stdio, mc->ready_deadline, on_stdio_ready, mc);
+        if (w == 0)
+            return; /* on_stdio_ready goes on */
+        if (w < 0) {
+            snprintf(mc->why, sizeof mc->why, "the stdio MCP server '%s' did not start within its timeout",
+                     mc->up->name);
+            stdio_not_sent(mc, 1);
+            return;
+        }
     }
 }
 

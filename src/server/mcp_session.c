@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/clock.h"
 #include "common/sse.h"
 #include "once/once.h"
 #include "server/mcp.h"
@@ -214,15 +215,49 @@ static void on_stdio_done(void *ctx, json_t *msg, int sent, const char *why)
     waited_signal(w);
 }
 
-static int stdio_call(mcp_rt *rt, json_t *call, json_t **final, int *sent, char *why, size_t whylen)
+static void on_stdio_ready(void *ctx, mcp_stdio_readiness how)
+{
+    waited *w = ctx;
+    w->sent = how == MCP_STDIO_READY;
+    waited_signal(w);
+}
+
+/* Waits (this thread may) until a (re)starting server is ready, or
+ * deadline. 1 ready, 0 not (why says so). */
+static int stdio_wait_ready(mcp_rt *rt, int64_t deadline, char *why, size_t whylen)
 {
     waited w;
     waited_init(&w);
-    *sent = 0;
-    if (mcp_stdio_call(rt->stdio, call, rt->up->timeout_ms, on_stdio_done, NULL, &w, why, whylen) < 0) {
+    int rc = mcp_stdio_when_ready(rt->stdio, deadline, on_stdio_ready, &w);
+    if (rc == 0) {
+        waited_wait(&w);
+        rc = w.sent;
+    } else {
         pthread_cond_destroy(&w.cv);
         pthread_mutex_destroy(&w.mu);
-        return -1;
+        rc = rc > 0;
+    }
+    if (!rc)
+        snprintf(why, whylen, "the stdio MCP server '%s' did not start within its timeout, or the gateway is "
+                 "stopping", rt->up->name);
+    return rc;
+}
+
+static int stdio_call(mcp_rt *rt, json_t *call, json_t **final, int *sent, char *why, size_t whylen)
+{
+    waited w;
+    *sent = 0;
+    int64_t deadline = clock_mono_ms() + rt->up->timeout_ms;
+    for (;;) {
+        waited_init(&w);
+        int rc = mcp_stdio_call(rt->stdio, call, rt->up->timeout_ms, on_stdio_done, NULL, &w, why, whylen);
+        if (rc == 0)
+            break;
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.mu);
+        /* A server (re)starting is waited for, as an agent's call is. */
+        if (rc != MCP_STDIO_NOT_READY || !stdio_wait_ready(rt, deadline, why, whylen))
+            return -1;
     }
     waited_wait(&w);
     *final = w.msg;

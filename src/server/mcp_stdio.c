@@ -8,7 +8,9 @@
  * Other threads send through mcp_stdio_call; the ids they send under are
  * once's own, so that the requests of many agent sessions never collide,
  * and so are progress tokens. Writing and reading use separate locks: a
- * server blocked writing its stdout must never stop the reader.
+ * server blocked writing its stdout must never stop the reader. A request
+ * that finds the server (re)starting waits for it on a list the bridge
+ * keeps (mcp_stdio_when_ready), not on a thread.
  */
 #include "server/mcp_stdio.h"
 
@@ -36,6 +38,14 @@
 #define PROTOCOL_VERSION "2025-06-18"
 #define WRITE_WAIT_MS 5000 /* a server that reads nothing for this long is broken */
 
+/* A request waiting for the server to be ready (mcp_stdio_when_ready). */
+typedef struct ready_waiter {
+    struct ready_waiter *next;
+    int64_t deadline; /* clock_mono_ms */
+    mcp_stdio_ready_fn fn;
+    void *ctx;
+} ready_waiter;
+
 typedef struct pending {
     struct pending *next;
     json_int_t id;        /* once's, on the wire */
@@ -58,6 +68,8 @@ struct mcp_stdio {
     int stopping;
     pid_t pid;           /* 0: not running */
     int ready;           /* initialized: calls are taken */
+    int ever_ready;      /* it was ready once since the start (readiness) */
+    ready_waiter *waiters;
     json_t *init_result;
     json_int_t init_id;  /* once's initialize in flight, 0 none */
     int64_t init_deadline;
@@ -101,13 +113,16 @@ static void bridge_restart(mcp_stdio *s, const char *why)
  * that does not read its stdin (the pipe is non-blocking: no thread, the
  * bridge least of all, may hang on it). 1 all written, 0 nothing written,
  * -1 part: the stream is then broken mid-message, so stdin is closed and
- * the server, at its end of input, exits and is restarted. */
+ * the server, at its end of input, exits and is restarted. A server whose
+ * input is closed (EPIPE: it died, and the bridge may not have seen it
+ * yet) is restarted too: it takes no calls, so callers wait for it. */
 static int write_msg(mcp_stdio *s, const json_t *msg)
 {
     char *text = json_dumps(msg, JSON_COMPACT);
     if (!text)
         return 0;
     size_t len = strlen(text), off = 0;
+    int gone = 0; /* the server closed its input: it is ending, or cannot be spoken to */
     int64_t deadline = clock_mono_ms() + WRITE_WAIT_MS;
     pthread_mutex_lock(&s->wmu);
     int fd = s->in_fd;
@@ -125,15 +140,18 @@ static int write_msg(mcp_stdio *s, const json_t *msg)
             poll(&pf, 1, left > 1000 ? 1000 : (int)left);
             continue;
         }
-        if (w <= 0)
+        if (w <= 0) {
+            gone = w < 0 && errno == EPIPE;
             break;
+        }
         off += (size_t)w;
     }
-    if (off > 0 && off <= len)
+    int broken = (off > 0 && off <= len) || gone;
+    if (broken)
         close_fd(&s->in_fd);
     pthread_mutex_unlock(&s->wmu);
-    if (off > 0 && off <= len)
-        bridge_restart(s, "stopped reading its input mid-message");
+    if (broken)
+        bridge_restart(s, gone ? "closed its input" : "stopped reading its input mid-message");
     free(text);
     return off > len ? 1 : off == 0 ? 0 : -1;
 }
@@ -224,6 +242,40 @@ out:
         close_fd(fds[i]);
     free(argv);
     return rc;
+}
+
+/* ---- waiting for the server ------------------------------------------------------------- */
+
+/* Takes the waiters (all, or those whose deadline passed by now) off the
+ * list, under mu; *next gets the earliest deadline left (unchanged if
+ * none). */
+static ready_waiter *take_waiters(mcp_stdio *s, int all, int64_t now, int64_t *next)
+{
+    ready_waiter *taken = NULL;
+    for (ready_waiter **pp = &s->waiters; *pp;) {
+        ready_waiter *w = *pp;
+        if (all || w->deadline <= now) {
+            *pp = w->next;
+            w->next = taken;
+            taken = w;
+            continue;
+        }
+        if (next && w->deadline < *next)
+            *next = w->deadline;
+        pp = &w->next;
+    }
+    return taken;
+}
+
+/* Ends the waits taken, without mu: each fn runs once. */
+static void end_waits(ready_waiter *w, mcp_stdio_readiness how)
+{
+    while (w) {
+        ready_waiter *next = w->next;
+        w->fn(w->ctx, how);
+        free(w);
+        w = next;
+    }
 }
 
 /* Says initialize, as a client; the answer makes the server ready. */
@@ -319,32 +371,46 @@ static pending *take_pending(mcp_stdio *s, json_int_t id)
     return p;
 }
 
+/* The answer to once's initialize: the server is ready once it was told
+ * initialized (MCP: no request before that), and what waited for it goes. */
+static void on_initialized(mcp_stdio *s, json_t *msg)
+{
+    json_t *result = json_object_get(msg, "result");
+    if (!json_is_object(result)) {
+        log_event("error", "mcp %s: the server refused initialize", s->up->name);
+        bridge_restart(s, "refused initialize"); /* with back-off */
+        return;
+    }
+    json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
+    if (n)
+        write_msg(s, n);
+    json_decref(n);
+    pthread_mutex_lock(&s->mu);
+    json_decref(s->init_result);
+    s->init_result = json_incref(result);
+    /* Not when the write above found the server gone: it is restarting. */
+    s->ready = !s->broken;
+    s->ever_ready |= s->ready;
+    int ready = s->ready;
+    ready_waiter *w = ready ? take_waiters(s, 1, 0, NULL) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!ready)
+        return;
+    s->backoff_ms = BACKOFF_MIN_MS;
+    log_event("info", "mcp %s: initialized", s->up->name);
+    end_waits(w, MCP_STDIO_READY);
+}
+
 static void on_response(mcp_stdio *s, json_t *msg)
 {
     json_int_t id = json_integer_value(json_object_get(msg, "id"));
     pthread_mutex_lock(&s->mu);
     int init = s->init_id && id == s->init_id;
-    if (init) {
+    if (init)
         s->init_id = 0;
-        if (json_is_object(json_object_get(msg, "result"))) {
-            s->init_result = json_incref(json_object_get(msg, "result"));
-            s->ready = 1;
-        }
-    }
-    int ready = s->ready;
     pthread_mutex_unlock(&s->mu);
     if (init) {
-        if (!ready) {
-            log_event("error", "mcp %s: the server refused initialize", s->up->name);
-            bridge_restart(s, "refused initialize"); /* with back-off */
-            return;
-        }
-        json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
-        if (n)
-            write_msg(s, n);
-        json_decref(n);
-        s->backoff_ms = BACKOFF_MIN_MS;
-        log_event("info", "mcp %s: initialized", s->up->name);
+        on_initialized(s, msg);
         return;
     }
     pending *p = take_pending(s, id);
@@ -444,8 +510,9 @@ static int read_lines(mcp_stdio *s, int fd, buf *line, int is_err)
     }
 }
 
-/* Calls past their timeout end (sent, no answer); an initialize that never
- * came back restarts the server. The next deadline, or INT64_MAX. */
+/* Calls past their timeout end (sent, no answer), and so do waits for the
+ * server past theirs; an initialize that never came back restarts the
+ * server. The next deadline, or INT64_MAX. */
 static int64_t expire(mcp_stdio *s, int64_t now)
 {
     pending *late = NULL;
@@ -466,7 +533,9 @@ static int64_t expire(mcp_stdio *s, int64_t now)
     int init_late = s->init_id && s->init_deadline <= now;
     if (s->init_id && s->init_deadline < next)
         next = s->init_deadline;
+    ready_waiter *late_waits = take_waiters(s, 0, now, &next);
     pthread_mutex_unlock(&s->mu);
+    end_waits(late_waits, MCP_STDIO_LATE);
     while (late) {
         pending *next_p = late->next;
         late->done(late->ctx, NULL, 1, "the stdio MCP server did not answer within the timeout");
@@ -525,6 +594,11 @@ static void *bridge_main(void *arg)
     if (s->out_fd >= 0 || s->pid > 0)
         child_ended(s, "was stopped");
     fail_pending(s, "the gateway is stopping");
+    /* No wait starts once stopping is set (mcp_stdio_when_ready). */
+    pthread_mutex_lock(&s->mu);
+    ready_waiter *w = take_waiters(s, 1, 0, NULL);
+    pthread_mutex_unlock(&s->mu);
+    end_waits(w, MCP_STDIO_STOPPED);
     return NULL;
 }
 
@@ -595,12 +669,13 @@ int mcp_stdio_call(mcp_stdio *s, const json_t *msg, int64_t timeout_ms, mcp_stdi
     }
     pthread_mutex_lock(&s->mu);
     if (!s->ready || s->stopping) {
+        int stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
         json_decref(wire);
         free(p);
-        snprintf(why, whylen, "the stdio MCP server '%s' is not running (starting, restarting or stopping)",
-                 s->up->name);
-        return -1;
+        snprintf(why, whylen, "the stdio MCP server '%s' is %s", s->up->name,
+                 stopping ? "stopping" : "starting or restarting");
+        return stopping ? -1 : MCP_STDIO_NOT_READY;
     }
     json_int_t id = p->id = ++s->next_id;
     p->orig_id = json_incref(json_object_get(msg, "id"));
@@ -639,12 +714,17 @@ int mcp_stdio_call(mcp_stdio *s, const json_t *msg, int64_t timeout_ms, mcp_stdi
     pending *mine = w == 0 ? take_pending(s, id) : NULL;
     if (mine) {
         p = mine;
-        /* Not a byte reached the server: nothing was sent. */
+        /* Not a byte reached the server: nothing was sent. A server found
+         * gone is being restarted: the caller may wait for it. */
         json_decref(p->orig_id);
         json_decref(p->orig_token);
         free(p);
-        snprintf(why, whylen, "the stdio MCP server '%s' could not be written to", s->up->name);
-        return -1;
+        pthread_mutex_lock(&s->mu);
+        int again = !s->ready && !s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(why, whylen, "the stdio MCP server '%s' %s", s->up->name,
+                 again ? "is restarting" : "could not be written to");
+        return again ? MCP_STDIO_NOT_READY : -1;
     }
     /* Written, or partly: its answer, its timeout or the server's end
      * ends it. */
@@ -663,6 +743,33 @@ json_t *mcp_stdio_init_result(mcp_stdio *s)
 {
     pthread_mutex_lock(&s->mu);
     json_t *r = s->ready && s->init_result ? json_deep_copy(s->init_result) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int mcp_stdio_when_ready(mcp_stdio *s, int64_t deadline, mcp_stdio_ready_fn fn, void *ctx)
+{
+    ready_waiter *w = malloc(sizeof *w);
+    pthread_mutex_lock(&s->mu);
+    int rc = s->ready ? 1 : s->stopping || !w || deadline <= clock_mono_ms() ? -1 : 0;
+    if (rc == 0) {
+        *w = (ready_waiter){.next = s->waiters, .deadline = deadline, .fn = fn, .ctx = ctx};
+        s->waiters = w;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc != 0) {
+        free(w);
+        return rc;
+    }
+    ssize_t n = write(s->wake[1], "x", 1); /* the bridge's next deadline may be this one */
+    (void)n;
+    return 0;
+}
+
+int mcp_stdio_started(mcp_stdio *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int r = s->ever_ready;
     pthread_mutex_unlock(&s->mu);
     return r;
 }

@@ -6,6 +6,7 @@
 
 #include "server/leases.h"
 #include "server/log.h"
+#include "server/mcp.h"
 #include "server/server.h"
 
 static void ops_healthz(req *r)
@@ -19,6 +20,13 @@ static void ops_readyz(req *r)
 {
     if (__atomic_load_n(&r->srv->stopping, __ATOMIC_ACQUIRE)) {
         req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
+        return;
+    }
+    char mcp_name[ONCE_SCOPE_MAX + 1];
+    if (mcp_ready(r->srv, mcp_name, sizeof mcp_name) < 0) {
+        req_set_header(r, "Retry-After", "1");
+        req_problem(r, 503, "mcp_starting", "MCP server starting", NULL,
+                    "the stdio MCP server '%s' has not answered initialize yet", mcp_name);
         return;
     }
     int rc = once_store_ping(r->srv->store);
