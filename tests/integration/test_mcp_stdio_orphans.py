@@ -103,6 +103,9 @@ def test_stdio_server_ends_with_a_killed_gateway(tmp_path):
         wait_ready(g)
         new = wait_pid(pid_file, other_than=pid)
         assert servers_of(marker) == [new], f"servers running after the restart: {servers_of(marker)}"
+        rc = g.stop()
+        assert rc == 0 and not g.sanitizer_reports(), f"exit {rc}\n{g.stderr()[-4000:]}"
+        assert not alive(new), "a stopped gateway left its server running"
     finally:
         g.stop()
         for p in servers_of(marker):   # an orphan left by a failure must not outlive the test

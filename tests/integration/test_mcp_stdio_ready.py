@@ -72,6 +72,12 @@ def server_pid(g, other_than=None, timeout=READY_S):
     raise AssertionError("the stdio server wrote no (new) pid")
 
 
+def stop_clean(g):
+    """Stops the gateway: a clean exit, and nothing the sanitizers reported."""
+    rc = g.stop()
+    assert rc == 0 and not g.sanitizer_reports(), f"exit {rc}\n{g.stderr()[-4000:]}"
+
+
 def post(g, body, timeout=60):
     return requests.post(f"{g.url}/v1/mcp/slow", data=json.dumps(body), headers=H, timeout=timeout)
 
@@ -102,6 +108,7 @@ def test_sdk_client_connects_the_moment_readyz_is_200(tmp_path):
         assert_problem(r, 503, "mcp_starting")
         detail = r.json()["detail"]
         assert "'slow'" in detail and "node" not in detail and "mcp_server" not in detail, detail
+        stop_clean(g)
     finally:
         g.stop()
 
@@ -119,6 +126,7 @@ def test_sdk_client_waits_for_a_restarting_stdio_server(tmp_path):
         assert time.monotonic() - t0 >= INIT_DELAY_MS / 1000, "the agent did not have to wait: no race tested"
         assert server_pid(g, other_than=pid) != pid
         assert requests.get(f"{g.url}/readyz", timeout=10).status_code == 200, "readiness flaps on a restart"
+        stop_clean(g)
     finally:
         g.stop()
 
@@ -152,6 +160,7 @@ def test_requests_wait_for_a_restarting_stdio_server(tmp_path):
         r, _ = answers["list"]
         assert r.status_code == 200 and "charge" in [t["name"] for t in r.json()["result"]["tools"]], describe(r)
         assert files.count("restart-2") == 1
+        stop_clean(g)
     finally:
         g.stop()
 
@@ -174,5 +183,6 @@ def test_a_server_not_ready_within_its_timeout_is_503_after_the_timeout(tmp_path
         r = post(g, tools_call(3, "late-1"))   # nothing was sent or kept: the retry runs it
         assert r.status_code == 200 and r.json()["result"]["_meta"]["once/outcome"] == "completed", describe(r)
         assert files.count("late-1") == 1
+        stop_clean(g)
     finally:
         g.stop()
