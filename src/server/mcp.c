@@ -610,7 +610,7 @@ static void mcp_get_or_delete(req *r)
 }
 
 const route mcp_routes[] = {
-    {.pattern = "/v1/mcp/{}", .name = "mcp", .access = ACCESS_AGENT, .admit = mcp_admit,
+    {.pattern = "/v1/mcp/{}", .name = "mcp", .access = ACCESS_AGENT, .admit = mcp_admit, .relays = 1,
      .methods = {{"POST", mcp_post}, {"GET", mcp_get_or_delete}, {"DELETE", mcp_get_or_delete}}},
     {.pattern = NULL},
 };
