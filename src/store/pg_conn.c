@@ -4,6 +4,8 @@
  * connections, and the check that replaces a connection the server closed
  * before anything is sent on it (docs/guarantees.md §4).
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +23,22 @@ const char *pg_msg(const char *m, char *buf, size_t len)
 
 /* ---- connections --------------------------------------------------------- */
 
-static void notice_ignore(void *arg, const char *message)
+/* Set by notice_recv when the server, unasked, sent a FATAL or PANIC on a
+ * connection this thread was reading (pg_alive resets and reads it). */
+static _Thread_local int fatal_seen;
+
+/* NOTICEs ("already exists, skipping") are not errors; libpq's default
+ * prints them on stderr, in the middle of the CLI's output and the gateway's
+ * JSON log, so they are dropped. An error the server sends on an idle
+ * connection arrives here too: a FATAL one (a restart's "terminating
+ * connection due to administrator command") says the connection is dead
+ * even before the server's close is read. */
+static void notice_recv(void *arg, const PGresult *res)
 {
     (void)arg;
-    (void)message;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
+        fatal_seen = 1;
 }
 
 /* Opens and prepares a connection. While the database was just found
@@ -46,11 +60,8 @@ int pg_connect(pg_store *s, PGconn **out, int force)
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     char msg[256];
     int rc = ONCE_OK;
-    /* NOTICEs ("already exists, skipping") are not errors; libpq's default
-     * prints them on stderr, in the middle of the CLI's output and the
-     * gateway's JSON log. */
     if (c)
-        PQsetNoticeProcessor(c, notice_ignore, NULL);
+        PQsetNoticeReceiver(c, notice_recv, NULL);
     if (!c) {
         rc = once_fail(ONCE_ENOMEM, "store: out of memory");
     } else if (PQstatus(c) != CONNECTION_OK) {
@@ -120,11 +131,34 @@ int pg_open_conn(pg_store *s, PGconn **out)
 /* Whether a connection that sat idle may still be used. A server that
  * restarted (or killed the session) has sent its FATAL and closed; reading
  * what is there reveals it before anything is sent on the connection, so a
- * request is never the one that finds out (docs/guarantees.md §4). libpq's socket is
- * non-blocking: this never waits. */
+ * request is never the one that finds out (docs/guarantees.md §4).
+ *
+ * One PQconsumeInput is not enough: it reads the FATAL's bytes and returns
+ * without parsing them, and the close behind them is only seen by the next
+ * read, so a dead connection passed once (issue 26, item 10: every writer
+ * answered one batch, or a /readyz, with "terminating connection" after a
+ * restart). So: while the socket has something to read, read it and parse
+ * it (an unsolicited FATAL reaches notice_recv); a close, or a FATAL, is
+ * dead. Nothing is read on an idle connection otherwise. Never waits. */
 int pg_alive(PGconn *c)
 {
-    return PQstatus(c) == CONNECTION_OK && PQconsumeInput(c) == 1 && PQstatus(c) == CONNECTION_OK;
+    fatal_seen = 0;
+    for (int reads = 0; reads < 4; reads++) {
+        if (PQstatus(c) != CONNECTION_OK)
+            return 0;
+        struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+        int n = poll(&p, 1, 0);
+        if (n == 0)
+            return 1; /* nothing waiting: the server has said nothing */
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (PQconsumeInput(c) != 1)
+            return 0;
+        (void)PQisBusy(c); /* parses what came: an idle connection's error goes to notice_recv */
+        if (fatal_seen)
+            return 0;
+    }
+    return PQstatus(c) == CONNECTION_OK;
 }
 
 /* Closes every idle pooled connection: one was found dead, so the server

@@ -573,6 +573,23 @@ static int keyed_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
+/* Moves the batch's pings to its front (the writer finishes the same items,
+ * in any order; only after the batch failed, when its order no longer
+ * matters) and counts them: the operations safe to run again after a
+ * connection broke under them. */
+static size_t pings_first(store_op **ops, size_t n)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i]->kind == OP_PING) {
+            store_op *t = ops[np];
+            ops[np++] = ops[i];
+            ops[i] = t;
+        }
+    }
+    return np;
+}
+
 static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
 {
     keyed *k = malloc(n * sizeof *k);
@@ -628,6 +645,14 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
             pthread_mutex_lock(&s->mu);
             s->retry_at = 0; /* reconnect on the next batch, then back off */
             pthread_mutex_unlock(&s->mu);
+            /* Pings wrote nothing, so they may run again: on a new
+             * connection, now, so that /readyz answers from the database
+             * as it is rather than from the connection that had died. */
+            size_t np = pings_first(ops, n);
+            if (np == n)
+                continue;
+            if (np > 0)
+                batch_run(s, conn, ops, np);
             return;
         }
         if (br == BATCH_FAILED) {
