@@ -42,14 +42,24 @@ static void notice_recv(void *arg, const PGresult *res)
 }
 
 /* Opens and prepares a connection. While the database was just found
- * unreachable, refuses at once (the back-off) instead of waiting again. */
-int pg_connect(pg_store *s, PGconn **out, int force)
+ * unreachable, refuses at once (the back-off) instead of waiting again —
+ * except for a readiness probe (PG_CONNECT_PROBE): /readyz must follow the
+ * database's return at once, not up to a back-off (5 s) later, and a probe
+ * that succeeds ends the back-off for every operation. Probes are one at a
+ * time and at most every BACKOFF_MIN_MS, however often /readyz is asked, so
+ * a database coming back is not flooded. */
+int pg_connect(pg_store *s, PGconn **out, int mode)
 {
     pthread_mutex_lock(&s->mu);
     int64_t now = clock_mono_ms();
-    if (!force && s->retry_at && now < s->retry_at) {
-        pthread_mutex_unlock(&s->mu);
-        return once_fail(ONCE_ESTORE, "store unavailable: PostgreSQL is unreachable (retrying)");
+    int probe = 0;
+    if (mode != PG_CONNECT_FORCE && s->retry_at && now < s->retry_at) {
+        if (mode != PG_CONNECT_PROBE || s->probing || now - s->probe_at < BACKOFF_MIN_MS) {
+            pthread_mutex_unlock(&s->mu);
+            return once_fail(ONCE_ESTORE, "store unavailable: PostgreSQL is unreachable (retrying)");
+        }
+        s->probing = probe = 1;
+        s->probe_at = now;
     }
     pthread_mutex_unlock(&s->mu);
 
@@ -78,16 +88,26 @@ int pg_connect(pg_store *s, PGconn **out, int force)
             rc = once_fail(ONCE_ESTORE, "store: %s", pg_msg(PQresultErrorMessage(res), msg, sizeof msg));
         PQclear(res);
     }
+    /* The back-off doubles once per round of attempts, not once per failed
+     * attempt: the writers, the readers and the loops often try at the same
+     * moment, and with a doubling each it reached 5 s after a short outage
+     * (readiness then lagged the database's return by as much). retry_at
+     * is also when the last outcome was decided (a success sets it to now,
+     * which lets anyone connect, as 0 does): a failure of an attempt begun
+     * before it is old news, and neither doubles the back-off nor sets one
+     * after a success. */
     pthread_mutex_lock(&s->mu);
-    if (rc < 0) {
+    if (rc < 0 && now >= s->retry_at) {
         s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
         if (s->backoff_ms > BACKOFF_MAX_MS)
             s->backoff_ms = BACKOFF_MAX_MS;
         s->retry_at = clock_mono_ms() + s->backoff_ms;
-    } else {
+    } else if (rc == ONCE_OK) {
         s->backoff_ms = 0;
-        s->retry_at = 0;
+        s->retry_at = clock_mono_ms();
     }
+    if (probe)
+        s->probing = 0;
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
         PQfinish(c);
@@ -114,10 +134,11 @@ int pg_prepare_all(PGconn *c)
     return ONCE_OK;
 }
 
-int pg_open_conn(pg_store *s, PGconn **out)
+/* A connection ready for the store's statements (mode: PG_CONNECT_*). */
+int pg_open_conn(pg_store *s, PGconn **out, int mode)
 {
     PGconn *c;
-    int rc = pg_connect(s, &c, 0);
+    int rc = pg_connect(s, &c, mode);
     if (rc < 0)
         return rc;
     if ((rc = pg_prepare_all(c)) < 0) {
@@ -193,7 +214,7 @@ static int pool_get(pg_store *s, PGconn **out)
     }
     s->pool_nopen++;
     pthread_mutex_unlock(&s->mu);
-    int rc = pg_open_conn(s, out);
+    int rc = pg_open_conn(s, out, PG_CONNECT_BACKOFF);
     if (rc < 0) {
         pthread_mutex_lock(&s->mu);
         s->pool_nopen--;

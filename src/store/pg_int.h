@@ -57,6 +57,8 @@ typedef struct pg_store {
     size_t pool_nopen;
     int64_t retry_at;       /* no new connection before this (ms); 0 = now */
     int64_t backoff_ms;
+    int probing;            /* a readiness probe is connecting through the back-off */
+    int64_t probe_at;       /* when the last one began (ms) */
 } pg_store;
 
 /* The first line of libpq's message, which ends with a newline. */
@@ -64,12 +66,17 @@ const char *pg_msg(const char *m, char *buf, size_t len);
 
 /* ---- connections (pg_conn.c) ---- */
 
-/* A connection (force: even while backing off), without statements. */
-int pg_connect(pg_store *s, PGconn **out, int force);
+/* How a connection may be made while the store backs off (pg_conn.c). */
+#define PG_CONNECT_BACKOFF 0 /* not: fail at once */
+#define PG_CONNECT_FORCE 1   /* always (opening the store) */
+#define PG_CONNECT_PROBE 2   /* one at a time, at most every BACKOFF_MIN_MS (a ping) */
+
+/* A connection (mode: PG_CONNECT_*), without statements. */
+int pg_connect(pg_store *s, PGconn **out, int mode);
 /* Prepares every statement on c (after the schema exists). */
 int pg_prepare_all(PGconn *c);
-/* A new connection with every statement prepared. */
-int pg_open_conn(pg_store *s, PGconn **out);
+/* A new connection with every statement prepared (mode: PG_CONNECT_*). */
+int pg_open_conn(pg_store *s, PGconn **out, int mode);
 /* Whether an idle connection may still be used (see pg_conn.c). */
 int pg_alive(PGconn *c);
 

@@ -270,7 +270,7 @@ int pg_store_open(const char *url, once_store **out)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     PGconn *c = NULL;
-    rc = pg_connect(s, &c, 1);
+    rc = pg_connect(s, &c, PG_CONNECT_FORCE);
     if (rc == ONCE_OK)
         rc = pg_schema_prepare(c, s->schema);
     if (rc == ONCE_OK)

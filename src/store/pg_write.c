@@ -573,6 +573,17 @@ static int keyed_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
+/* Whether the batch holds a ping: a /readyz waits on it, so its
+ * connection may probe through the back-off (pg_connect). */
+static int has_ping(store_op *const *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i]->kind == OP_PING)
+            return 1;
+    }
+    return 0;
+}
+
 /* Moves the batch's pings to its front (the writer finishes the same items,
  * in any order; only after the batch failed, when its order no longer
  * matters) and counts them: the operations safe to run again after a
@@ -614,7 +625,8 @@ static void batch_run(pg_store *s, PGconn **conn, store_op **ops, size_t n)
             *conn = NULL;
         }
         if (!*conn) {
-            int rc = pg_open_conn(s, conn);
+            /* A batch with a ping (/readyz) may probe through the back-off. */
+            int rc = pg_open_conn(s, conn, has_ping(ops, n) ? PG_CONNECT_PROBE : PG_CONNECT_BACKOFF);
             if (rc < 0) {
                 char why[ONCE_DETAIL_MAX];
                 snprintf(why, sizeof why, "%s", once_errdetail());
