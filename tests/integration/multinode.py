@@ -1,6 +1,7 @@
 """Helpers for tests of several `once serve` processes on one PostgreSQL (a module, not tests).
 
-- PgServer: a throwaway PostgreSQL 15 from scripts/pg (start / restart / stop),
+- PgServer: a throwaway PostgreSQL 15 from scripts/pg (start / restart / stop,
+  and down / up: stopped for as long as a test wants),
   in a private directory under /tmp (scripts/pg runs it as an unprivileged
   user, which must be able to reach the directory), or an existing server
   given by $ONCE_TEST_PG_URL (never restarted or stopped here).
@@ -87,6 +88,24 @@ class PgServer:
     def restart(self):
         """Stops PostgreSQL (fast: every session is cut) and starts it again on the same port."""
         self._script("restart")
+
+    def down(self):
+        """Stops PostgreSQL (fast: every session is cut) and leaves it down until up()."""
+        self._script("stop")
+
+    def up(self):
+        """Starts a server that down() stopped, on the same port, and waits until it
+        accepts connections: the second half of scripts/pg restart (same options)."""
+        assert self.owned, "only a server started here may be started again"
+        with open(os.path.join(self.dir, "port")) as f:
+            port = f.read().strip()
+        argv = [_pg_bin("pg_ctl"), "-D", os.path.join(self.dir, "data"), "-l", os.path.join(self.dir, "server.log"),
+                "-w", "-t", "60", "-o", f"-c listen_addresses=127.0.0.1 -c port={port} "
+                f"-c unix_socket_directories={self.dir} -c max_connections=300 -c fsync=on", "start"]
+        if os.geteuid() == 0:  # scripts/pg runs PostgreSQL as an unprivileged user
+            argv = ["runuser", "-u", os.environ.get("ONCE_PG_USER", "oncepg"), "--"] + argv
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=PG_TIMEOUT)
+        assert r.returncode == 0, f"pg_ctl start exited {r.returncode}: {r.stdout} {r.stderr}"
 
     def stop(self):
         if self.owned:

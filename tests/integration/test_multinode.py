@@ -11,7 +11,11 @@
   shared one): answers are 200, 503 store_unavailable (nothing sent) or 504
   outcome_unknown (sent once, not recorded); no effect is duplicated, no
   answered reservation or accepted event is lost, /readyz fails during the
-  outage and every node serves again by itself within a bounded time.
+  outage and every node serves again by itself within a bounded time;
+- /readyz follows PostgreSQL back at the first ask on every node (issue 26,
+  item 10): after a restart under load once every agent has its answer, after
+  a restart with no request in between (every writer's connection was cut),
+  and after 4 s down (the nodes backing off).
 
 PostgreSQL: $ONCE_TEST_PG_URL, or a throwaway server from scripts/pg. Every
 test has its own schema (?once_schema=...). Run:
@@ -418,3 +422,182 @@ def test_postgres_restart_under_load(private_pg, provider, make_cluster):
     lost = [e for e in accepted if e not in stored]
     assert not lost, f"events answered accepted but not in the store: {lost[:10]}"
     assert len(stored) == len(set(stored))
+
+
+# =========================================================================== readiness after a restart
+
+AGENTS = 60
+ANSWERED_BEFORE_RESTART = 15
+AGENT_DEADLINE_S = 90        # an agent retries a 503 for this long at the most
+AGENT_ATTEMPTS = 1000        # and this many times at the most
+READY_ROUND_S = 2.0          # one /readyz must answer 200 within this once PostgreSQL is back
+READY_ASKS = 12              # asks per node after the first: 3 x the writers, so each is likely asked
+
+
+def readyz(g):
+    """One /readyz: (status or None, seconds)."""
+    t = time.monotonic()
+    try:
+        s = requests.get(g.url + "/readyz", timeout=READY_ROUND_S + 30).status_code
+    except requests.RequestException:
+        s = None
+    return s, time.monotonic() - t
+
+
+def assert_ready_in_one_round(c, when):
+    """Every node's first /readyz is 200 within READY_ROUND_S, and so is every
+    one after it: no connection of a node is still broken (issue 26, item 10)."""
+    for i, g in enumerate(c.nodes):
+        seen = [readyz(g) for _ in range(1 + READY_ASKS)]
+        bad = [(n, s, round(t, 2)) for n, (s, t) in enumerate(seen) if s != 200 or t >= READY_ROUND_S]
+        assert not bad, (f"node {i}, {when}: /readyz (ask, status, seconds) not 200 within {READY_ROUND_S} s: "
+                         f"{bad}\n{g.stderr()[-3000:]}")
+
+
+def test_readyz_follows_postgres_restart_on_both_nodes(private_pg, provider, make_cluster):
+    """Issue 26, item 10: 60 agents through 2 nodes, PostgreSQL restarted (fast)
+    once 15 have answered; when every agent has its answer, /readyz is 200 on
+    both nodes at the first ask — readiness follows recovery, not a lucky write."""
+    url = with_schema(private_pg.url, new_schema())
+    c = make_cluster(url, n=2, upstreams={"demo": {"url": provider.url, "timeout": "10s", "lease": "5s"}},
+                     server={"loop_interval": "1s"})
+    answers = []  # (agent, node, status, code, attempts)
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def agent(i):
+        g = c[i % 2]
+        key = f"agent-{i}-{uuid.uuid4().hex[:8]}"
+        time.sleep(i * 0.01)  # agents arrive over 0.6 s
+        deadline = time.monotonic() + AGENT_DEADLINE_S
+        rec = (i, i % 2, None, "no answer", 0)
+        for attempt in range(1, AGENT_ATTEMPTS + 1):
+            if time.monotonic() >= deadline:
+                break
+            try:
+                r = g.proxy("POST", "demo", "/charges", key=key, json={"k": key},
+                            headers={"X-Fake-Delay-Ms": "100"}, timeout=HTTP_TIMEOUT)
+            except requests.RequestException as e:
+                rec = (i, i % 2, None, repr(e), attempt)
+                time.sleep(0.05)
+                continue
+            if r.status_code == 503:  # store unavailable: nothing was sent; the agent retries
+                rec = (i, i % 2, 503, "store_unavailable", attempt)
+                time.sleep(0.05)
+                continue
+            rec = (i, i % 2, r.status_code, outcome(r) if r.status_code == 200 else r.json().get("code"), attempt)
+            break
+        with lock:
+            answers.append(rec)
+            if sum(1 for a in answers if a[2] not in (None, 503)) >= ANSWERED_BEFORE_RESTART:
+                enough.set()
+
+    threads = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(AGENTS)]
+    for t in threads:
+        t.start()
+    try:
+        assert enough.wait(60), f"{ANSWERED_BEFORE_RESTART} agents did not answer within 60 s: {answers}"
+        with lock:
+            before = len(answers)
+        t_restart = time.monotonic()
+        private_pg.restart()
+        t_back = time.monotonic()
+    finally:
+        for t in threads:
+            t.join(AGENT_DEADLINE_S + HTTP_TIMEOUT + 10)
+    assert not any(t.is_alive() for t in threads), "an agent never finished"
+    assert before < AGENTS, "every agent answered before the restart: nothing ran across it"
+    unanswered = [a for a in answers if a[2] in (None, 503)]
+    assert not unanswered, f"agents without an answer: {unanswered[:10]}"
+    assert all(g.alive() for g in c.nodes), "\n".join(g.death_note() for g in c.nodes if not g.alive())
+    print(f"restart took {t_back - t_restart:.1f} s; {before} answered before it; "
+          f"answers: {dict(collections.Counter((a[2], a[3]) for a in answers))}")
+    assert_ready_in_one_round(c, "after every agent had its answer")
+
+
+def test_readyz_after_postgres_restart_before_any_write(private_pg, provider, make_cluster):
+    """The same, made deterministic: the nodes' writer connections are opened
+    under load, PostgreSQL restarts (fast: every session is cut) while nothing
+    reaches the nodes (no request, no background round), and the first request
+    after it is /readyz. It must be 200 on both nodes at once: the ping finds
+    the broken connection, replaces it and answers in the same call."""
+    url = with_schema(private_pg.url, new_schema())
+    c = make_cluster(url, n=2, upstreams={"demo": {"url": provider.url, "timeout": "10s", "lease": "5s"}},
+                     server={"loop_interval": "1h"})
+
+    def send(i):
+        g = c[i % 2]
+        k = new_key(f"warm{i}")
+        r = g.proxy("POST", "demo", "/charges", key=k, json={"k": k}, headers={"X-Fake-Delay-Ms": "50"})
+        return r.status_code
+
+    # concurrent batches on every node, so that each of its writers opens its connection
+    with concurrent.futures.ThreadPoolExecutor(32) as ex:
+        for _ in range(3):
+            codes = list(ex.map(send, range(64)))
+            assert codes == [200] * 64, collections.Counter(codes)
+    assert_ready_in_one_round(c, "before the restart")
+    private_pg.restart()
+    assert_ready_in_one_round(c, "first request after the restart")
+    for g in c.nodes:
+        k = new_key("after")
+        r = g.proxy("POST", "demo", "/charges", key=k, json={"k": k})
+        assert r.status_code == 200 and outcome(r) == "completed", describe(r)
+
+
+DOWN_S = 4        # PostgreSQL stays down this long: the nodes back off (to 5 s between attempts)
+HAMMERS = 8       # clients asking the nodes for new keys meanwhile
+
+
+def test_readyz_follows_postgres_return_through_the_backoff(private_pg, provider, make_cluster):
+    """While PostgreSQL is down, requests make a node back off (no connection
+    attempt for up to 5 s). When it is back, /readyz must say so at the first
+    ask, not when the back-off ends: a ping probes through it (one probe at a
+    time). While it is down, /readyz never says 200."""
+    url = with_schema(private_pg.url, new_schema())
+    c = make_cluster(url, n=2, upstreams={"demo": {"url": provider.url, "timeout": "10s", "lease": "5s"}},
+                     server={"loop_interval": "1h"})
+    for g in c.nodes:
+        k = new_key("warm")
+        r = g.proxy("POST", "demo", "/charges", key=k, json={"k": k})
+        assert r.status_code == 200, describe(r)
+    private_pg.down()
+    stop = threading.Event()
+    codes = collections.Counter()
+    lock = threading.Lock()
+
+    def hammer(i):
+        for _ in range(2000):
+            if stop.is_set():
+                return
+            k = new_key(f"down{i}")
+            try:
+                s = c[i % 2].proxy("POST", "demo", "/charges", key=k, json={"k": k}, timeout=HTTP_TIMEOUT).status_code
+            except requests.RequestException:
+                s = None
+            with lock:
+                codes[s] += 1
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(HAMMERS)]
+    for t in threads:
+        t.start()
+    down_ready = []
+    try:
+        deadline = time.monotonic() + DOWN_S
+        while time.monotonic() < deadline:
+            down_ready += [readyz(g)[0] for g in c.nodes]
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(HTTP_TIMEOUT + 10)
+    assert not any(t.is_alive() for t in threads), "a request never got an answer"
+    assert 200 not in down_ready, f"/readyz said 200 while PostgreSQL was down: {collections.Counter(down_ready)}"
+    assert codes.get(200, 0) == 0 and codes.get(503, 0) > 0, dict(codes)
+    private_pg.up()
+    assert_ready_in_one_round(c, "first ask after PostgreSQL returned")
+    for g in c.nodes:
+        k = new_key("after")
+        r = g.proxy("POST", "demo", "/charges", key=k, json={"k": k})
+        assert r.status_code == 200 and outcome(r) == "completed", describe(r)
