@@ -498,7 +498,10 @@ def raw_http(port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT):
         headers = dict(headers or {}, **{"Content-Type": "application/json"})
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.putrequest(method, path, skip_accept_encoding=True)
+        # A Host the caller gives replaces http.client's own: one Host only (a
+        # second is refused, as RFC 9112 3.2 says).
+        own_host = any(k.lower() == "host" for k in (headers or {}))
+        conn.putrequest(method, path, skip_host=own_host, skip_accept_encoding=True)
         for k, v in (headers or {}).items():
             conn.putheader(k, v)
         if body is not None:
