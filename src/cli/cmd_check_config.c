@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "server/config.h"
+#include "server/config/config.h"
 
 /* Room for "file:line: what" with a quoted value or two. */
 #define CHECK_CONFIG_ERR_MAX 1024

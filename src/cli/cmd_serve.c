@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/server.h"
 
 /* Replaces *slot (owned by the config) with a copy of value. */

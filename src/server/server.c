@@ -23,14 +23,21 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/looper.h"
-#include "server/approvals.h"
-#include "server/guard.h"
-#include "server/hooks.h"
-#include "server/http.h"
-#include "server/leases.h"
-#include "server/log.h"
-#include "server/mcp.h"
-#include "server/reconciler.h"
+#include "server/actions/actions.h"
+#include "server/core/leases.h"
+#include "server/core/log.h"
+#include "server/core/services.h"
+#include "server/core/waiters.h"
+#include "server/core/worker.h"
+#include "server/front/guard.h"
+#include "server/front/http.h"
+#include "server/front/lot.h"
+#include "server/hooks/hooks.h"
+#include "server/jobs/approvals.h"
+#include "server/jobs/reconciler.h"
+#include "server/mcp/mcp.h"
+#include "server/ops/ops.h"
+#include "server/proxy/proxy.h"
 #include "server/server.h"
 
 #define HELD_REASON "held: no provider lookup is configured; resolve with `once resolve`"
@@ -108,35 +115,29 @@ static int64_t loop_round(void *arg, looper_phase phase, looper_item *posted)
     return srv->cfg->loop_interval_ms;
 }
 
-void server_park(server *srv)
+int server_routes(router *rt)
 {
-    pthread_mutex_lock(&srv->mu);
-    srv->parked++;
-    pthread_mutex_unlock(&srv->mu);
+    const route *const tables[] = {ops_routes,    proxy_routes,  actions_routes, hooks_routes,
+                                   events_routes, console_routes, mcp_routes};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (router_add(rt, tables[i]) < 0)
+            return -1;
+    return 0;
 }
 
-void server_unpark(server *srv)
+/* What the rooms hand each other through the services, never by naming
+ * one another: the routes, the sender of each kind of scope (approvals
+ * call it without knowing which), and the readiness checks beyond the
+ * store's. */
+static int server_wire(server *srv, router *rt)
 {
-    pthread_mutex_lock(&srv->mu);
-    ONCE_ASSERT(srv->parked > 0);
-    srv->parked--;
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
-}
-
-/* Waits until no connection is parked or deadline_ms (monotonic) passes. */
-static size_t drain(server *srv, int64_t wait_ms)
-{
-    int64_t deadline = clock_mono_ms() + wait_ms;
-    pthread_mutex_lock(&srv->mu);
-    while (srv->parked > 0) {
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0 || clock_cond_wait_ms(&srv->cv, &srv->mu, left) == ETIMEDOUT)
-            break;
-    }
-    size_t left = srv->parked;
-    pthread_mutex_unlock(&srv->mu);
-    return left;
+    if (server_routes(rt) < 0)
+        return -1;
+    srv->router = rt;
+    srv->senders[SCOPE_HTTP] = &proxy_sender;
+    srv->senders[SCOPE_MCP] = &mcp_sender;
+    srv->ready[srv->nready++] = mcp_ready;
+    return 0;
 }
 
 /* Each request in flight holds a client socket and an upstream socket, and
@@ -183,8 +184,15 @@ int server_run(once_config *cfg)
     server srv;
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
-    pthread_mutex_init(&srv.mu, NULL);
-    clock_cond_init(&srv.cv);
+    lot parking;
+    router routes = {0};
+    struct MHD_Daemon **daemons = NULL;
+    size_t ndaemons = 0;
+    if (lot_init(&parking) < 0) {
+        log_event("error", "cannot start: out of resources");
+        return 1;
+    }
+    srv.lot = &parking;
 
     /* Every thread started from here on inherits the mask; only sigwait
      * below sees SIGTERM/SIGINT. */
@@ -212,8 +220,8 @@ int server_run(once_config *cfg)
     for (size_t i = 0; i < cfg->nupstreams; i++)
         nl += cfg->upstreams[i].listen != NULL;
     listeners = calloc(nl, sizeof *listeners);
-    srv.daemons = calloc(nl, sizeof *srv.daemons);
-    if (!listeners || !srv.daemons) {
+    daemons = calloc(nl, sizeof *daemons);
+    if (!listeners || !daemons || server_wire(&srv, &routes) < 0) {
         log_event("error", "out of memory");
         goto out;
     }
@@ -228,6 +236,7 @@ int server_run(once_config *cfg)
             while (!cfg->upstreams[j].listen)
                 j++;
             listeners[i].up = &cfg->upstreams[j];
+            listeners[i].route = &proxy_listen_route;
             listeners[i].tls_cert = cfg->upstreams[j].listen_tls_cert;
             listeners[i].tls_key = cfg->upstreams[j].listen_tls_key;
             addr = cfg->upstreams[j++].listen;
@@ -284,13 +293,13 @@ int server_run(once_config *cfg)
     }
 
     for (size_t i = 0; i < nl; i++) {
-        srv.daemons[i] = http_listen(&listeners[i], cfg->threads, cfg->max_connections, err, sizeof err);
-        if (!srv.daemons[i]) {
+        daemons[i] = http_listen(&listeners[i], cfg->threads, cfg->max_connections, err, sizeof err);
+        if (!daemons[i]) {
             log_event("error", "%s", err);
             status = 2;
             goto out;
         }
-        srv.ndaemons++;
+        ndaemons++;
         log_event("info", "listening on %s%s%s%s", listeners[i].addr, listeners[i].tls ? " (https)" : "",
                   listeners[i].up ? " for upstream " : "", listeners[i].up ? listeners[i].up->name : "");
     }
@@ -311,14 +320,14 @@ int server_run(once_config *cfg)
     status = 0;
 
 out:
-    __atomic_store_n(&srv.stopping, 1, __ATOMIC_RELEASE);
-    for (size_t i = 0; i < srv.ndaemons; i++) {
-        MHD_socket fd = MHD_quiesce_daemon(srv.daemons[i]);
+    lot_stop(&parking);
+    for (size_t i = 0; i < ndaemons; i++) {
+        MHD_socket fd = MHD_quiesce_daemon(daemons[i]);
         if (fd != MHD_INVALID_SOCKET)
             close(fd);
     }
-    if (srv.ndaemons)
-        drain(&srv, cfg->grace_ms);
+    if (ndaemons)
+        lot_drain(&parking, cfg->grace_ms);
     waiters_stop(srv.waiters);
     delivery_quiesce(&srv);
     reconciler_quiesce(srv.reconciler);
@@ -331,11 +340,11 @@ out:
     worker_stop(srv.worker);
     leases_free(srv.leases); /* every call has ended: nothing is held any more */
     srv.leases = NULL;
-    size_t left = srv.ndaemons ? drain(&srv, 30000) : 0;
+    size_t left = ndaemons ? lot_drain(&parking, 30000) : 0;
     if (left)
         log_event("error", "%zu requests still parked at exit", left);
-    for (size_t i = 0; i < srv.ndaemons; i++)
-        MHD_stop_daemon(srv.daemons[i]);
+    for (size_t i = 0; i < ndaemons; i++)
+        MHD_stop_daemon(daemons[i]);
     /* Only now can no request reach these. */
     outbound_free(srv.ob);
     mcp_free(&srv);
@@ -347,15 +356,14 @@ out:
     hooks_stop(&srv);
     once_store_close(srv.store);
     metrics_free(srv.metrics);
-    free(srv.daemons);
+    free(daemons);
     for (size_t i = 0; listeners && i < nl; i++)
         http_listener_close(&listeners[i]);
     free(listeners);
     guard_free(srv.guard);
     curl_global_cleanup();
     free(lp.lookup_scopes);
-    pthread_cond_destroy(&srv.cv);
-    pthread_mutex_destroy(&srv.mu);
+    lot_close(&parking);
     if (status == 0)
         log_event("info", "stopped");
     return status;

@@ -10,7 +10,7 @@
  * files; the loader only opens regular files of at most 1 MiB, so that is
  * harmless.
  */
-#include "server/config.h"
+#include "server/config/config.h"
 
 #include <stddef.h>
 #include <stdint.h>

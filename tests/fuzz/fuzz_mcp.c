@@ -34,7 +34,7 @@
 
 #include "common/digest.h"
 #include "common/key_template.h"
-#include "server/mcp_tools.h"
+#include "server/mcp/mcp_tools.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

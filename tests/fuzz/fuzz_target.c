@@ -20,7 +20,7 @@
 
 #include <curl/curl.h>
 
-#include "server/target.h"
+#include "server/core/target.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

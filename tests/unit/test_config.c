@@ -6,7 +6,7 @@
  *
  * The loader is part of the server's object library, which this test links.
  */
-#include "server/config.h"
+#include "server/config/config.h"
 
 #include "common/webhook_sig.h"
 #include "helpers.h"

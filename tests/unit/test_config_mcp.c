@@ -6,7 +6,7 @@
  * double effect or a skipped approval waiting to happen. The rest of the
  * loader is tests/unit/test_config.c.
  */
-#include "server/config.h"
+#include "server/config/config.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

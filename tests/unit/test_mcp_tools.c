@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "common/digest.h"
-#include "server/mcp_tools.h"
+#include "server/mcp/mcp_tools.h"
 
 /* ---- fixtures --------------------------------------------------------------------------------- */
 

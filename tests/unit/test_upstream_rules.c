@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "server/upstream_rules.h"
+#include "server/core/upstream_rules.h"
 
 static char *injected[] = {"Authorization: Bearer sk_live_operator", "OpenAI-Organization: org-1"};
 static int release_on[] = {429, 503};

@@ -1,0 +1,702 @@
+/*
+ * actions.c — the actions API (/v1/actions…), for agents that call their
+ * providers with their own SDKs: they reserve, act, and report the outcome
+ * with the attempt's token. Same ledger, same rules as the proxy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json/action_json.h"
+#include "common/key_template.h"
+#include "common/pct.h"
+#include "server/actions/actions.h"
+#include "server/jobs/approvals.h"
+#include "server/core/services.h"
+#include "server/front/req.h"
+#include "server/core/worker.h"
+
+#define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
+/* The longest actions path: two segments of an escaped scope and key. */
+#define ACTIONS_PATH_MAX 2048
+
+typedef struct act {
+    req *r;
+    json_t *body;
+    char scope[ONCE_SCOPE_MAX + 1];
+    char key[ONCE_KEY_MAX + 1];
+    char token[ONCE_TOKEN_LEN + 1];
+    once_reserve_req rreq;
+    once_reservation res;
+    char *request_text;
+    char *result_text;
+    once_response resp;
+    const char *provider_id;
+    const char *text;
+    once_outcome outcome;
+    once_state settled; /* the state a complete/release/unknown leads to */
+    int approve;        /* approve (1) or deny (0) */
+    int64_t lease_until; /* renew: the new deadline */
+    once_list_req lreq; /* GET /v1/actions; its strings point into the two below */
+    char lscope[ONCE_SCOPE_MAX + 2];
+    char after[ONCE_CURSOR_MAX];
+} act;
+
+static void act_free(void *arg)
+{
+    act *a = arg;
+    if (!a)
+        return;
+    json_decref(a->body);
+    once_reservation_free(&a->res);
+    free(a->request_text);
+    free(a->result_text);
+    free(a);
+}
+
+/* Maps a ledger error to its problem. */
+static void act_fail(req *r, int rc, const char *detail)
+{
+    switch (rc) {
+    case ONCE_ENOTFOUND: req_problem(r, 404, "not_found", "Not found", NULL, "%s", detail); break;
+    case ONCE_ESTALE: req_problem(r, 409, "stale_token", "Stale token", NULL, "%s", detail); break;
+    case ONCE_ESTATE: req_problem(r, 409, "invalid_transition", "Invalid transition", NULL, "%s", detail); break;
+    case ONCE_EINVAL:
+        if (strncmp(detail, "key:", 4) == 0)
+            req_problem(r, 400, "invalid_key", "Invalid key", NULL, "%s", detail);
+        else if (strncmp(detail, "scope:", 6) == 0)
+            req_problem(r, 400, "invalid_scope", "Invalid scope", NULL, "%s", detail);
+        else
+            req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", detail);
+        break;
+    default: req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "%s", detail); break;
+    }
+}
+
+
+/* ---- JSON bodies ---------------------------------------------------------- */
+
+static act *act_new(req *r)
+{
+    act *a = req_state_new(r, sizeof *a, act_free);
+    if (a)
+        a->r = r;
+    return a;
+}
+
+/* Parses the body as a JSON object into a->body; answers 400 if it is not. */
+static int body_parse(act *a)
+{
+    req *r = a->r;
+    json_error_t err;
+    a->body = json_loadb((const char *)(r->body.data ? r->body.data : (const uint8_t *)""), r->body.len,
+                         JSON_REJECT_DUPLICATES, &err);
+    if (!a->body || !json_is_object(a->body)) {
+        req_problem(r, 400, "invalid_json", "Invalid JSON", NULL, "the body must be a JSON object%s%s",
+                    a->body ? "" : ": ", a->body ? "" : err.text);
+        return -1;
+    }
+    return 0;
+}
+
+/* A string member: required or optional. Answers 400 when missing or not a
+ * string; copies into out (cap bytes) when out is given. */
+static int member_str(act *a, const char *name, int required, const char **value)
+{
+    json_t *v = json_object_get(a->body, name);
+    *value = NULL;
+    if (!v || json_is_null(v)) {
+        if (required) {
+            req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'%s' is required", name);
+            return -1;
+        }
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'%s' must be a string", name);
+        return -1;
+    }
+    *value = json_string_value(v);
+    return 0;
+}
+
+/* lease_ms, or the configured lease when it is absent or null. Answers 400
+ * when it is not an integer (the ledger checks its range). */
+static int member_lease(act *a, int64_t *lease)
+{
+    json_t *v = json_object_get(a->body, "lease_ms");
+    *lease = a->r->srv->cfg->lease_ms;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v)) {
+        req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'lease_ms' must be an integer");
+        return -1;
+    }
+    *lease = json_integer_value(v);
+    return 0;
+}
+
+/* scope, key (and token when fenced) into a, validated. */
+static int member_name(act *a, int fenced)
+{
+    const char *scope, *key, *token = NULL;
+    if (member_str(a, "scope", 1, &scope) < 0 || member_str(a, "key", 1, &key) < 0 ||
+        (fenced && member_str(a, "token", 1, &token) < 0))
+        return -1;
+    int rc = once_scope_validate(scope);
+    if (rc == ONCE_OK)
+        rc = once_key_validate(key);
+    if (rc < 0) {
+        act_fail(a->r, rc, once_errdetail());
+        return -1;
+    }
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    snprintf(a->key, sizeof a->key, "%s", key);
+    if (token) {
+        if (strlen(token) != ONCE_TOKEN_LEN) {
+            req_problem(a->r, 400, "invalid_request", "Invalid request", NULL, "'token' is malformed");
+            return -1;
+        }
+        snprintf(a->token, sizeof a->token, "%s", token);
+    }
+    req_note_key(a->r, a->scope, a->key);
+    return 0;
+}
+
+/* The scopes of upstreams belong to the gateway (docs/security.md): an agent
+ * that reserved or settled there could forge an outcome that proxied
+ * retries replay, or squat a key the proxy derives. An upstream opts in
+ * with actions_api = yes. 0, or answered (403) and -1. */
+static int scope_open(act *a)
+{
+    const upstream_cfg *up = config_upstream(a->r->srv->cfg, a->scope);
+    if (!up || up->actions_api)
+        return 0;
+    req_problem(a->r, 403, "scope_reserved", "Scope reserved", json_pack("{s:s}", "scope", a->scope),
+                "scope '%s' belongs to the upstream of that name; the actions API may act there only when the "
+                "upstream says actions_api = yes",
+                a->scope);
+    return -1;
+}
+
+/* ---- POST /v1/actions ------------------------------------------------------ */
+
+static void reserve_answer(act *a)
+{
+    req *r = a->r;
+    metrics *m = r->srv->metrics;
+    once_reservation *res = &a->res;
+    switch (res->status) {
+    case ONCE_RESERVED:
+        metrics_action(m, a->scope, MO_NEW);
+        /* The key goes back too: with a key_template the agent did not
+         * write it, and complete/release need it. */
+        req_json(r, 201, json_pack("{s:s, s:s, s:s, s:I, s:o}", "status", "reserved", "key", a->key, "token",
+                                   res->token, "attempt", (json_int_t)res->attempt, "lease_expires_at",
+                                   json_new_time(res->lease_expires_at)));
+        return;
+    case ONCE_COMPLETED: {
+        metrics_action(m, a->scope, res->fingerprint_mismatch ? MO_MISMATCH : MO_REPLAYED);
+        once_action *row = &res->action;
+        json_t *result = json_null();
+        if (row->has_response && row->response.body) {
+            json_t *parsed = json_loadb((const char *)row->response.body, row->response.body_len, JSON_DECODE_ANY,
+                                        NULL);
+            result = parsed ? parsed : json_stringn((const char *)row->response.body, row->response.body_len);
+        }
+        req_json(r, 200, json_pack("{s:s, s:o, s:s?, s:b, s:b}", "status", "completed", "result",
+                                   result ? result : json_null(), "provider_id", row->provider_id, "replayed", 1,
+                                   "fingerprint_mismatch", res->fingerprint_mismatch));
+        return;
+    }
+    case ONCE_IN_FLIGHT:
+        metrics_action(m, a->scope, MO_IN_FLIGHT);
+        req_set_header(r, "Retry-After", "1");
+        req_problem(r, 409, "key_in_flight", "Key in flight",
+                    json_pack("{s:s, s:o}", "state", "pending", "lease_expires_at", json_new_time(res->lease_expires_at)),
+                    "another attempt holds this key");
+        return;
+    case ONCE_AWAITING_APPROVAL:
+        /* The row decides, not this request: an upstream's approval rule
+         * stored it, and nothing may pass it by. */
+        metrics_action(m, a->scope, MO_AWAITING);
+        req_json(r, 202, json_pack("{s:s, s:s, s:s, s:b}", "state", "awaiting_approval", "scope", a->scope, "key",
+                                   a->key, "approved", res->action.approved_at > 0));
+        return;
+    case ONCE_DENIED:
+        metrics_action(m, a->scope, MO_DENIED);
+        req_problem(r, 403, "denied", "Denied",
+                    json_pack("{s:s, s:s}", "state", "denied", "note", res->action.note ? res->action.note : ""),
+                    "this action was not approved; it is not sent");
+        return;
+    default: {
+        int held = res->status == ONCE_HELD;
+        metrics_action(m, a->scope, held ? MO_HELD : MO_UNKNOWN);
+        req_problem(r, 409, "outcome_unknown", "Outcome unknown",
+                    json_pack("{s:s, s:s}", "state", held ? "held" : "unknown", "reason",
+                              res->action.error ? res->action.error : ""),
+                    "an earlier attempt may have performed this action; resolve it before trying again");
+    }
+    }
+}
+
+static void on_reserved(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0)
+        act_fail(a->r, rc, detail);
+    else
+        reserve_answer(a);
+}
+
+/* {"key_template": T, "request": {...}} instead of "key": the same rules as
+ * an upstream's key template, over the request object (json: fields only,
+ * as there are no headers, query or path here). 0, or answered and -1. */
+static int key_from_template(act *a)
+{
+    req *r = a->r;
+    const char *scope, *text;
+    if (member_str(a, "scope", 1, &scope) < 0 || member_str(a, "key_template", 1, &text) < 0)
+        return -1;
+    int rc = once_scope_validate(scope);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return -1;
+    }
+    snprintf(a->scope, sizeof a->scope, "%s", scope);
+    key_template *t = NULL;
+    char err[256] = "";
+    if (key_template_parse(text, &t, err, sizeof err) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "key_template: %s", err);
+        return -1;
+    }
+    if (key_template_json_only(t, err, sizeof err) < 0) {
+        key_template_free(t);
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL,
+                    "key_template: only {json:...} fields exist in the actions API, not %s", err);
+        return -1;
+    }
+    key_source src = {.json = json_object_get(a->body, "request")};
+    rc = key_template_eval(t, &src, a->key, sizeof a->key, err, sizeof err);
+    key_template_free(t);
+    if (rc == -1) {
+        req_problem(r, 400, "key_field_missing", "Key field missing", json_pack("{s:s}", "field", err),
+                    "the key template needs %s, which 'request' does not have", err);
+        return -1;
+    }
+    if (rc < 0 || once_key_validate(a->key) < 0) {
+        req_problem(r, 400, "invalid_key", "Invalid key", NULL, "the key template gave no usable key: %s",
+                    err[0] ? err : once_errdetail());
+        return -1;
+    }
+    req_note_key(r, a->scope, a->key);
+    return 0;
+}
+
+static void actions_reserve(req *r)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0)
+        return;
+    int templated = json_object_get(a->body, "key_template") && !json_object_get(a->body, "key");
+    if ((templated ? key_from_template(a) < 0 : member_name(a, 0) < 0) || scope_open(a) < 0)
+        return;
+    const char *fp;
+    if (member_str(a, "fingerprint", 0, &fp) < 0)
+        return;
+    int64_t lease;
+    if (member_lease(a, &lease) < 0)
+        return;
+    json_t *request = json_object_get(a->body, "request");
+    if (request && !json_is_null(request)) {
+        a->request_text = json_dumps(request, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!a->request_text) {
+            req_out_of_memory(r);
+            return;
+        }
+    }
+    a->rreq = (once_reserve_req){.scope = a->scope,
+                                 .key = a->key,
+                                 .fingerprint = fp,
+                                 .lease_ms = lease,
+                                 .retention_ms = r->srv->cfg->retention_ms,
+                                 .request = (const uint8_t *)a->request_text,
+                                 .request_len = a->request_text ? strlen(a->request_text) : 0};
+    int rc = once_reserve_async(r->srv->store, &a->rreq, &a->res, on_reserved, a);
+    if (rc == 1)
+        reserve_answer(a);
+    else if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
+/* ---- complete / release / unknown ------------------------------------------ */
+
+static void reply_record(req *r, const once_action *a);
+
+/* On the worker: the record as it is now (after a settle, so the agent
+ * needs no second round trip; the store writer that ran on_settled must not
+ * read). */
+static void record_job(void *arg)
+{
+    act *a = arg;
+    once_action rec;
+    int rc = once_get(a->r->srv->store, a->scope, a->key, &rec);
+    if (rc < 0) {
+        act_fail(a->r, rc, once_errdetail());
+        return;
+    }
+    reply_record(a->r, &rec);
+    once_action_free(&rec);
+}
+
+static void on_settled(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0) {
+        act_fail(a->r, rc, detail);
+        return;
+    }
+    if (worker_run(a->r->srv->worker, record_job, a) < 0)
+        req_json(a->r, 200, json_pack("{s:s, s:s, s:s}", "scope", a->scope, "key", a->key, "state",
+                                      once_state_name(a->settled)));
+}
+
+static void actions_settle(req *r, const char *verb)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
+        return;
+    once_store *st = r->srv->store;
+    int rc;
+    if (strcmp(verb, "complete") == 0) {
+        if (member_str(a, "provider_id", 0, &a->provider_id) < 0)
+            return;
+        json_t *result = json_object_get(a->body, "result");
+        a->result_text = json_dumps(result ? result : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!a->result_text) {
+            req_out_of_memory(r);
+            return;
+        }
+        a->resp = (once_response){.status = 200,
+                                  .headers = RESULT_HEADERS,
+                                  .headers_len = sizeof RESULT_HEADERS - 1,
+                                  .body = (uint8_t *)a->result_text,
+                                  .body_len = strlen(a->result_text)};
+        a->settled = ONCE_STATE_COMPLETED;
+        rc = once_complete_async(st, a->scope, a->key, a->token, &a->resp, a->provider_id, on_settled, a);
+    } else {
+        if (member_str(a, "error", 0, &a->text) < 0)
+            return;
+        int release = strcmp(verb, "release") == 0;
+        a->settled = release ? ONCE_STATE_RELEASED : ONCE_STATE_UNKNOWN;
+        rc = release ? once_release_async(st, a->scope, a->key, a->token, a->text, on_settled, a)
+                     : once_mark_unknown_async(st, a->scope, a->key, a->token, a->text, on_settled, a);
+    }
+    if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
+/* ---- POST /v1/actions/renew -------------------------------------------------- */
+
+static void on_renewed(void *ctx, int rc, const char *detail)
+{
+    act *a = ctx;
+    if (rc < 0)
+        act_fail(a->r, rc, detail);
+    else
+        req_json(a->r, 200, json_pack("{s:s, s:s, s:o}", "scope", a->scope, "key", a->key, "lease_expires_at",
+                                      json_new_time(a->lease_until)));
+}
+
+/* An agent's call is still running: its lease moves on (docs/guarantees.md §4). */
+static void actions_renew(req *r)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
+        return;
+    int64_t lease;
+    if (member_lease(a, &lease) < 0)
+        return;
+    int rc = once_renew_async(r->srv->store, a->scope, a->key, a->token, lease, &a->lease_until, on_renewed, a);
+    if (rc < 0)
+        act_fail(r, rc, once_errdetail());
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+static void reply_record(req *r, const once_action *a)
+{
+    json_t *o = NULL;
+    if (action_json_from(a, &o) < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render the action");
+        return;
+    }
+    req_json(r, 200, o);
+}
+
+/* After a human's decision (resolve, approve, deny), on the worker: the
+ * action as it is now. */
+static void reply_current(req *r, const char *scope, const char *key)
+{
+    once_action rec;
+    int rc = once_get(r->srv->store, scope, key, &rec);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_record(r, &rec);
+    once_action_free(&rec);
+}
+
+/* GET /v1/actions/{scope}/{key}: read and rendered on the worker. */
+static void actions_get(req *r, const char *scope, const char *key)
+{
+    act *a = act_new(r);
+    if (!a)
+        return;
+    /* Both were validated by the caller, so they fit. */
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
+    req_note_key(r, scope, key);
+    if (worker_run(r->srv->worker, record_job, a) < 0)
+        req_not_started(r, "out of memory");
+}
+
+/* On the worker: one page, bounded in rows and bytes (ONCE_PAGE_BYTES). */
+static void list_job(void *arg)
+{
+    act *a = arg;
+    req *r = a->r;
+    once_action_list l;
+    int rc = once_list(r->srv->store, &a->lreq, &l);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    json_t *items = json_array();
+    for (size_t i = 0; items && i < l.count; i++) {
+        json_t *o = NULL;
+        if (action_json_from(&l.items[i], &o) < 0 || json_array_append_new(items, o) < 0) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", l.next[0] ? l.next : NULL) : NULL;
+    once_action_list_free(&l);
+    if (!body) {
+        req_out_of_memory(r);
+        return;
+    }
+    req_json(r, 200, body);
+}
+
+static void actions_list(req *r, const char *query)
+{
+    act *a = act_new(r);
+    if (!a)
+        return;
+    char status[32];
+    once_list_req lr = {0};
+    int hs, hsc, ha;
+    if ((hs = req_query_param(r, query, "status", status, sizeof status)) < 0 ||
+        (hsc = req_query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
+        req_query_limit(r, query, &lr.limit) < 0 ||
+        (ha = req_query_param(r, query, "after", a->after, sizeof a->after)) < 0)
+        return;
+    if (hs && once_state_parse(status, &lr.state) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
+        return;
+    }
+    if (hsc)
+        lr.scope = a->lscope;
+    if (ha)
+        lr.cursor = a->after;
+    a->lreq = lr;
+    if (worker_run(r->srv->worker, list_job, a) < 0)
+        req_not_started(r, "out of memory");
+}
+
+/* ---- resolve (on the worker: it commits synchronously) ---------------------- */
+
+static void resolve_job(void *arg)
+{
+    act *a = arg;
+    req *r = a->r;
+    int rc = once_resolve(r->srv->store, a->scope, a->key, a->outcome, a->provider_id, a->text);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    reply_current(r, a->scope, a->key);
+}
+
+static void actions_resolve(req *r, const char *scope, const char *key)
+{
+    act *a = act_new(r);
+    if (!a || body_parse(a) < 0)
+        return;
+    /* Both were validated by the caller, so they fit. */
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
+    req_note_key(r, scope, key);
+    const char *outcome;
+    if (member_str(a, "outcome", 1, &outcome) < 0 || member_str(a, "provider_id", 0, &a->provider_id) < 0 ||
+        member_str(a, "note", 0, &a->text) < 0)
+        return;
+    if (strcmp(outcome, "completed") == 0) {
+        a->outcome = ONCE_OUTCOME_COMPLETED;
+    } else if (strcmp(outcome, "released") == 0) {
+        a->outcome = ONCE_OUTCOME_RELEASED;
+    } else {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'outcome' must be completed or released");
+        return;
+    }
+    if (worker_run(r->srv->worker, resolve_job, a) < 0)
+        req_not_started(r, "out of memory");
+}
+
+/* ---- approve / deny (on the worker: they commit synchronously) --------------- */
+
+/* Whose decision it is, for the trail: the operator token's name, or
+ * "operator" when no tokens are configured (loopback only). */
+static const char *decider(const req *r)
+{
+    return r->who && r->who->name ? r->who->name : "operator";
+}
+
+static void decide_job(void *arg)
+{
+    act *a = arg;
+    req *r = a->r;
+    server *srv = r->srv;
+    int approve = a->approve;
+    int rc = approve ? once_approve(srv->store, a->scope, a->key, decider(r), a->text)
+                     : once_deny(srv->store, a->scope, a->key, decider(r), a->text);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return;
+    }
+    if (approve)
+        approvals_kick(srv->approvals); /* sent within this round, not the next */
+    else
+        metrics_approval(srv->metrics, a->scope, MA_DENIED, 1);
+    reply_current(r, a->scope, a->key);
+}
+
+static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap);
+
+/* POST /v1/actions/{scope}/{key}/approve|deny {"note"?}: an empty body is
+ * no note. */
+static void actions_decide(req *r, int approve)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) < 0)
+        return;
+    act *a = act_new(r);
+    if (!a)
+        return;
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
+    req_note_key(r, scope, key);
+    if (r->body.len > 0 && (body_parse(a) < 0 || member_str(a, "note", 0, &a->text) < 0))
+        return;
+    a->approve = approve;
+    if (worker_run(r->srv->worker, decide_job, a) < 0)
+        req_not_started(r, "out of memory");
+}
+
+static void actions_approve_route(req *r)
+{
+    actions_decide(r, 1);
+}
+
+static void actions_deny_route(req *r)
+{
+    actions_decide(r, 0);
+}
+
+/* ---- routes ------------------------------------------------------------------ */
+
+static void actions_complete(req *r)
+{
+    actions_settle(r, "complete");
+}
+
+static void actions_release(req *r)
+{
+    actions_settle(r, "release");
+}
+
+static void actions_unknown(req *r)
+{
+    actions_settle(r, "unknown");
+}
+
+/* The {scope} and {key} segments of the path, each percent-decoded on its
+ * own (so %2F stays inside a key) and validated. 0, or answered and -1. */
+static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
+{
+    const route_match *m = &r->match;
+    if (pct_decode(m->seg[0], m->seglen[0], scope, scap) < 0 || pct_decode(m->seg[1], m->seglen[1], key, kcap) < 0) {
+        req_problem(r, 400, "bad_request", "Bad request", NULL,
+                    "malformed percent-encoding, or a scope or key that is too long");
+        return -1;
+    }
+    int rc = once_scope_validate(scope);
+    if (rc == ONCE_OK)
+        rc = once_key_validate(key);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return -1;
+    }
+    return 0;
+}
+
+static void actions_get_route(req *r)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
+        actions_get(r, scope, key);
+}
+
+static void actions_resolve_route(req *r)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
+        actions_resolve(r, scope, key);
+}
+
+static void actions_list_route(req *r)
+{
+    actions_list(r, r->match.query);
+}
+
+/* Paths beyond what any action can name are refused before reading. */
+static int actions_admit(req *r, problem *p)
+{
+    if (strcspn(r->uri, "?") >= ACTIONS_PATH_MAX)
+        return problem_set(p, 414, "bad_request", "URI too long", "the path is too long");
+    return 0;
+}
+
+const route actions_routes[] = {
+    {.pattern = "/v1/actions", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"GET", actions_list_route}, {"POST", actions_reserve}}},
+    {.pattern = "/v1/actions/complete", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_complete}}},
+    {.pattern = "/v1/actions/release", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_release}}},
+    {.pattern = "/v1/actions/unknown", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_unknown}}},
+    {.pattern = "/v1/actions/renew", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"POST", actions_renew}}},
+    {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
+     .methods = {{"GET", actions_get_route}}},
+    {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_resolve_route}}},
+    {.pattern = "/v1/actions/{}/{}/approve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_approve_route}}},
+    {.pattern = "/v1/actions/{}/{}/deny", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
+     .methods = {{"POST", actions_deny_route}}},
+    {.pattern = NULL},
+};

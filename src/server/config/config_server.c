@@ -1,0 +1,191 @@
+/*
+ * config_server.c — the [server] section: its key table, the setters only
+ * it needs (store, tokens_file, redact_headers, metrics_token), and what is
+ * decided once the file is read: tls_cert goes with tls_key, and the
+ * environment (ONCE_LISTEN, ONCE_STORE) overrides the file.
+ */
+#include "server/config/config_keys.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "once/once.h"
+
+#define SRV(f) offsetof(once_config, f)
+#define CONFIG_CONNS 1048576 /* max_connections and the per-client caps */
+/* The stored request (a binary body in base64) must fit the ledger's
+ * 16 MiB of request metadata. */
+#define CONFIG_MAX_BODY_MAX ((int64_t)12 << 20)
+
+/* Why a store URL is wrong, or NULL. The store itself decides what it can
+ * open; this only catches what can never work. */
+static const char *config_store_problem(const char *v)
+{
+    if (v[0] == '\0')
+        return "empty (try sqlite:once.db)";
+    if (config_has_ctl(v, strlen(v), 0))
+        return "contains a control character";
+    if (strncmp(v, "sqlite:", 7) == 0)
+        return v[7] == '\0' ? "'sqlite:' needs a path (sqlite:PATH)" : NULL;
+    if (strncmp(v, "postgres://", 11) == 0 || strncmp(v, "postgresql://", 13) == 0)
+        return NULL;
+    return "unknown scheme (expected sqlite:PATH or postgres://...)";
+}
+
+static int config_store(config_ctx *c, const config_key *k, void *field, const char *v)
+{
+    const char *why = config_store_problem(v);
+    if (why != NULL)
+        return config_fail(c, "%s: %s", k->name, why);
+    return config_set_str(field, v) != 0 ? config_fail_oom(c) : 0;
+}
+
+/* One word of a tokens_file line: printable ASCII without spaces. */
+static size_t config_word_at(const char *s, size_t n, size_t *at, const char **word)
+{
+    size_t i = *at;
+    while (i < n && (s[i] == ' ' || s[i] == '\t'))
+        i++;
+    *word = s + i;
+    size_t start = i;
+    while (i < n && s[i] != ' ' && s[i] != '\t')
+        i++;
+    *at = i;
+    return i - start;
+}
+
+/* "TOKEN [ROLE [NAME]]" per line (docs/config.md). The token itself is
+ * never shown in a message. */
+static int config_add_token(config_ctx *c, const char *fname, int fline, const char *s, size_t n)
+{
+    static const char form[] = "a token must be printable ASCII without spaces, then optionally a role "
+                               "(agent or operator) and a name";
+    once_config *cfg = c->cfg;
+    size_t at = 0;
+    const char *tok, *role, *name, *extra;
+    size_t tl = config_word_at(s, n, &at, &tok);
+    size_t rl = config_word_at(s, n, &at, &role);
+    size_t nl = config_word_at(s, n, &at, &name);
+    size_t xl = config_word_at(s, n, &at, &extra);
+    int op = rl == 8 && strncmp(role, "operator", 8) == 0;
+    int bad = rl != 0 && !op && !(rl == 5 && strncmp(role, "agent", 5) == 0);
+    for (size_t i = 0; i < n; i++)
+        bad |= (unsigned char)s[i] >= 0x7f;
+    if (bad || config_has_ctl(s, n, 1) || tl == 0 || xl != 0 || nl > 64)
+        return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
+    for (size_t i = 0; i < cfg->ntokens; i++)
+        if (strlen(cfg->tokens[i].secret) == tl && memcmp(cfg->tokens[i].secret, tok, tl) == 0)
+            return config_fail(c, "%s: '%s' line %d: the same token is on an earlier line", c->key, fname, fline);
+    auth_token *grown = realloc(cfg->tokens, (cfg->ntokens + 1) * sizeof *grown);
+    if (grown == NULL)
+        return config_fail_oom(c);
+    cfg->tokens = grown;
+    auth_token *t = &cfg->tokens[cfg->ntokens];
+    char defname[32];
+    snprintf(defname, sizeof defname, "%s-%d", op ? "operator" : "agent", fline);
+    t->secret = strndup(tok, tl);
+    t->name = nl ? strndup(name, nl) : strdup(defname);
+    t->role = op ? ROLE_OPERATOR : ROLE_AGENT;
+    if (t->secret == NULL || t->name == NULL) {
+        free(t->secret);
+        free(t->name);
+        return config_fail_oom(c);
+    }
+    cfg->ntokens++;
+    return 0;
+}
+
+static int config_tokens_file(config_ctx *c, const config_key *k, void *field, const char *v)
+{
+    (void)k;
+    (void)field;
+    return config_read_file(c, v, config_add_token);
+}
+
+/* One name of redact_headers. */
+static int config_redact_one(config_ctx *c, void *arg, const char *s, size_t n, size_t nth)
+{
+    (void)nth;
+    if (!config_is_token(s, n))
+        return config_fail_value(c, " is not a comma-separated list of header names");
+    if (config_push_str(arg, CONFIG_COUNT(arg, char **), s, n) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* redact_headers = A, B: header names never stored, beside the fixed list. */
+static int config_redact_headers(config_ctx *c, const config_key *k, void *field, const char *v)
+{
+    (void)k;
+    return config_split(c, v, strlen(v), ',', config_redact_one, field);
+}
+
+static int config_metrics_token(config_ctx *c, const config_key *k, void *field, const char *v)
+{
+    if (v[0] == '\0' || config_has_ctl(v, strlen(v), 0) || strchr(v, ' ') != NULL)
+        return config_fail(c, "%s: must be printable ASCII without spaces", k->name);
+    return config_set_str(field, v) != 0 ? config_fail_oom(c) : 0;
+}
+
+/* [server]: a row a key (config_keys.h): name, type (its setter), field, min, max,
+ * default, flags, words. */
+static const config_key config_server_keys[] = {
+    {"listen", config_listen, SRV(listen), 0, 0, "127.0.0.1:7600", 0, NULL},
+    {"store", config_store, SRV(store), 0, 0, "sqlite:once.db", 0, NULL},
+    {"max_body", config_size, SRV(max_body), 1, CONFIG_MAX_BODY_MAX, "1MiB", 0, NULL},
+    /* The ledger's own limits: refused at load, not as a 400 on every request. */
+    {"lease", config_duration, SRV(lease_ms), 1, ONCE_LEASE_MAX_MS, "10s", 0, NULL},
+    {"retention", config_duration, SRV(retention_ms), 1, ONCE_RETENTION_MAX_MS, "24h", 0, NULL},
+    {"tokens_file", config_tokens_file, SRV(tokens), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
+    {"shutdown_grace", config_duration, SRV(grace_ms), 0, 0, "30s", 0, NULL},
+    {"threads", config_uint, SRV(threads), 1, 1024, "4", 0, NULL},
+    {"max_connections", config_uint, SRV(max_connections), 1, CONFIG_CONNS, "4096", 0, NULL},
+    {"loop_interval", config_duration, SRV(loop_interval_ms), 1, 0, "1s", 0, NULL},
+    {"insecure_no_auth", config_bool, SRV(insecure_no_auth), 0, 0, "no", 0, NULL},
+    {"max_connections_per_client", config_uint, SRV(max_conn_per_client), 0, CONFIG_CONNS, "256", 0, NULL},
+    {"max_connections_per_loopback_client", config_uint, SRV(max_conn_per_loopback), 0, CONFIG_CONNS, "0", 0, NULL},
+    {"request_timeout", config_duration, SRV(request_timeout_ms), 1, 0, "30s", 0, NULL},
+    {"redact_headers", config_redact_headers, SRV(redact_headers), 0, 0, NULL, 0, NULL},
+    {"metrics_token", config_metrics_token, SRV(metrics_token), 0, 0, NULL, CK_SECRET, NULL},
+    {"tls_cert", config_pem, SRV(tls_cert), 0, 0, NULL, CK_PATH, NULL},
+    {"tls_key", config_pem, SRV(tls_key), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
+    {"wal_max", config_size, SRV(wal_max), 1 << 20, 0, "64MiB", 0, NULL},
+};
+
+_Static_assert(offsetof(once_config, nredact_headers) == offsetof(once_config, redact_headers) + sizeof(char **),
+               "CONFIG_COUNT");
+
+/* ONCE_LISTEN and ONCE_STORE, when set and not empty, over the file. */
+static int config_apply_env(config_ctx *c)
+{
+    once_config *cfg = c->cfg;
+    char q[CONFIG_QUOTE_MAX];
+    char host[CONFIG_HOST_MAX];
+    unsigned port;
+    const char *listen = getenv("ONCE_LISTEN");
+    const char *store = getenv("ONCE_STORE");
+    const char *why = store != NULL && store[0] != '\0' ? config_store_problem(store) : NULL;
+    if (listen != NULL && listen[0] != '\0') {
+        if (config_parse_listen(listen, host, sizeof host, &port) != 0)
+            return config_fail_at(c, 0, "ONCE_LISTEN: '%s' is not HOST:PORT", config_quote(listen, q, sizeof q));
+        if (config_set_str(&cfg->listen, listen) != 0)
+            return config_fail_oom(c);
+    }
+    if (why != NULL)
+        return config_fail_at(c, 0, "ONCE_STORE: %s", why);
+    if (store != NULL && store[0] != '\0' && config_set_str(&cfg->store, store) != 0)
+        return config_fail_oom(c);
+    return 0;
+}
+
+/* A certificate without its key is half a setting. */
+static int config_server_finish(config_ctx *c, size_t i)
+{
+    (void)i;
+    if ((c->cfg->tls_cert == NULL) != (c->cfg->tls_key == NULL))
+        return config_fail_at(c, c->server_line, "[server]: tls_cert and tls_key go together");
+    return config_apply_env(c);
+}
+
+const config_section config_server_section =
+    CONFIG_SECTION(CONFIG_SERVER, "server", NULL, config_server_keys, 0, 0, config_server_finish);

@@ -1,0 +1,194 @@
+/*
+ * access.c — bearer tokens and roles, Origin and Host (see access.h).
+ */
+#include "server/front/access.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/crypto.h>
+
+#include "common/hex.h"
+#include "common/pct.h"
+
+/* The configured token the header carries, or NULL. Every token is
+ * compared, each in constant time, so timing tells nothing about how much
+ * of which token matched. */
+static const auth_token *access_token(const once_config *cfg, const char *authorization)
+{
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
+        return NULL;
+    const char *tok = authorization + 7;
+    size_t n = strlen(tok);
+    const auth_token *found = NULL;
+    for (size_t i = 0; i < cfg->ntokens; i++) {
+        size_t tn = strlen(cfg->tokens[i].secret);
+        if (tn == n && CRYPTO_memcmp(tok, cfg->tokens[i].secret, n) == 0)
+            found = &cfg->tokens[i];
+    }
+    return found;
+}
+
+static int access_unauthorized(problem *p)
+{
+    problem_set(p, 401, "unauthorized", "Unauthorized", "a valid 'Authorization: Bearer' token is required");
+    p->header = "WWW-Authenticate";
+    snprintf(p->header_value, sizeof p->header_value, "Bearer");
+    return -1;
+}
+
+/* /metrics with its own token: that token, or an operator's. */
+static int access_metrics(const once_config *cfg, const char *authorization, const auth_token **who, problem *p)
+{
+    const char *want = cfg->metrics_token;
+    if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0) {
+        const char *tok = authorization + 7;
+        size_t n = strlen(tok);
+        if (n == strlen(want) && CRYPTO_memcmp(tok, want, n) == 0)
+            return 0;
+    }
+    const auth_token *t = access_token(cfg, authorization);
+    if (!t)
+        return access_unauthorized(p);
+    if (t->role != ROLE_OPERATOR)
+        return problem_set(p, 403, "forbidden", "Forbidden", "metrics need the metrics token or an operator token");
+    *who = t;
+    return 0;
+}
+
+int access_check(const once_config *cfg, access_level need, const char *authorization, const auth_token **who,
+                 problem *p)
+{
+    *who = NULL;
+    if (need == ACCESS_OPEN)
+        return 0;
+    if (need == ACCESS_METRICS)
+        return cfg->metrics_token ? access_metrics(cfg, authorization, who, p) : 0;
+    if (cfg->ntokens == 0)
+        return 0; /* open, which config_check_exposure allows on loopback only */
+    const auth_token *t = access_token(cfg, authorization);
+    if (!t)
+        return access_unauthorized(p);
+    if (need == ACCESS_OPERATOR && t->role != ROLE_OPERATOR)
+        return problem_set(p, 403, "forbidden", "Forbidden",
+                           "this is an operator's decision; the token '%s' is an agent's", t->name);
+    *who = t;
+    return 0;
+}
+
+/* Whether s[0..n) is a port: 1 to 5 digits, at most 65535. */
+static int host_port_valid(const char *s, size_t n)
+{
+    unsigned long v = 0;
+    if (n == 0 || n > 5)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+    }
+    return v <= 65535;
+}
+
+/* Whether c may stand in an RFC 3986 reg-name (unreserved, sub-delims; '%'
+ * escapes are checked by the caller). */
+static int host_reg_char(unsigned char c)
+{
+    return pct_unreserved(c) || (c != '\0' && strchr("!$&'()*+,;=", c) != NULL);
+}
+
+int access_host_valid(const char *host)
+{
+    size_t n = strlen(host), i = 0;
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+        if (!end || end == host + 1)
+            return 0;
+        for (const char *c = host + 1; c < end; c++)
+            if (hex_value(*c) < 0 && *c != ':' && *c != '.')
+                return 0;
+        i = (size_t)(end - host) + 1;
+    } else {
+        while (i < n && host[i] != ':') {
+            if (host[i] == '%' ? hex_value(host[i + 1]) < 0 || hex_value(host[i + 2]) < 0
+                               : !host_reg_char((unsigned char)host[i]))
+                return 0;
+            i += host[i] == '%' ? 3 : 1;
+        }
+        if (i == 0)
+            return 0;
+    }
+    if (i == n)
+        return 1;
+    return host[i] == ':' && host_port_valid(host + i + 1, n - i - 1);
+}
+
+/* Host without its port: "[::1]:80" -> "::1", "a.b:80" -> "a.b". */
+static size_t host_name(const char *host, const char **start)
+{
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+        *start = host + 1;
+        return end ? (size_t)(end - host - 1) : 0;
+    }
+    *start = host;
+    return strcspn(host, ":");
+}
+
+/* IP literals and localhost cannot be rebound: a page can only reach them
+ * under those very names. */
+static int host_is_pinned(const char *host)
+{
+    const char *h;
+    size_t n = host_name(host, &h);
+    char name[64];
+    unsigned char addr[16];
+    if (n == 0 || n >= sizeof name)
+        return 0;
+    memcpy(name, h, n);
+    name[n] = '\0';
+    return strcasecmp(name, "localhost") == 0 || inet_pton(AF_INET, name, addr) == 1 ||
+           inet_pton(AF_INET6, name, addr) == 1;
+}
+
+/* Compares an authority with its default port left out or spelled out. */
+static int authority_equal(const char *a, size_t an, const char *b, size_t bn, const char *defport)
+{
+    size_t dl = strlen(defport);
+    if (an > dl && strncmp(a + an - dl, defport, dl) == 0)
+        an -= dl;
+    if (bn > dl && strncmp(b + bn - dl, defport, dl) == 0)
+        bn -= dl;
+    return an == bn && strncasecmp(a, b, an) == 0;
+}
+
+/* Is origin ("scheme://authority") the gateway's own, as the client
+ * reached it (scheme from the listener, authority from Host)? */
+static int origin_is_own(const char *origin, int tls, const char *host)
+{
+    const char *scheme = tls ? "https://" : "http://";
+    size_t sl = strlen(scheme);
+    if (!host || strncasecmp(origin, scheme, sl) != 0)
+        return 0;
+    const char *auth = origin + sl;
+    return authority_equal(auth, strlen(auth), host, strlen(host), tls ? ":443" : ":80");
+}
+
+int access_browser(const once_config *cfg, int tls, const char *host, const char *origin, const char *fetch_site,
+                   problem *p)
+{
+    if (cfg->ntokens == 0 && host && !host_is_pinned(host))
+        return problem_set(p, 421, "misdirected_request", "Misdirected request",
+                           "without tokens the gateway answers only to an IP address or localhost as Host, "
+                           "not '%.64s'",
+                           host);
+    if (fetch_site && strcasecmp(fetch_site, "cross-site") == 0)
+        return problem_set(p, 403, "cross_origin", "Cross-origin request",
+                           "a request from another site's page is refused (Sec-Fetch-Site: cross-site)");
+    if (origin && !origin_is_own(origin, tls, host))
+        return problem_set(p, 403, "cross_origin", "Cross-origin request",
+                           "a request from a page of another origin (%.80s) is refused", origin);
+    return 0;
+}
