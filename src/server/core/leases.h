@@ -1,6 +1,6 @@
 /*
- * leases.h — the leases of this node's calls in flight, renewed (docs/architecture.md
- * §7). A reservation lives `lease` without news from its owner; while a
+ * leases.h — the leases of this node's calls in flight, renewed
+ * (docs/guarantees.md §4, "Leases renew"). A reservation lives `lease` without news from its owner; while a
  * call runs, its owner renews it every lease/3, in one batch per round
  * (the renewals queued together share one group commit). So a dead node's
  * actions are taken over within one lease, whatever the upstream timeout,

@@ -3,7 +3,8 @@
  *
  * One thread owns the CURLM handle and drives every transfer, so hundreds of
  * 30-second LLM calls in flight cost sockets, not threads. Other threads hand
- * calls over through a queue and wake the owner with curl_multi_wakeup.
+ * calls over through a queue and wake the owner through an eventfd it
+ * waits on in epoll beside curl's sockets.
  */
 #ifndef ONCE_SERVER_OUTBOUND_H
 #define ONCE_SERVER_OUTBOUND_H

@@ -597,7 +597,7 @@ static void mcp_post(req *r)
         return;
     }
     if (method && strcmp(method, "notifications/cancelled") == 0) {
-        /* A call goes on when its caller gives up (DESIGN §10): an SDK
+        /* A call goes on when its caller gives up (docs/mcp.md): an SDK
          * server that got this would drop the answer of a tool that ran,
          * and the call would be unknown. The server's late answer goes to
          * nobody; the retry is replayed. */

@@ -1,5 +1,5 @@
 /*
- * mcp.h — the MCP gateway (docs/mcp.md, DESIGN §10): agents speak
+ * mcp.h — the MCP gateway (docs/mcp.md): agents speak
  * Streamable HTTP to /v1/mcp/NAME; once passes everything through to the
  * server of [mcp.NAME] except tools/call, which goes through the ledger.
  *
@@ -8,6 +8,7 @@
  *   mcp_tools.c    the decisions (recorded? approved? which key?) and answers
  *   mcp_stdio.c    a stdio server: spawned, supervised, shared by many sessions
  *   mcp_session.c  once's own session with a server, for approved calls
+ *   mcp_send.c     the sender of an approved tool call (core/sender.h)
  */
 #ifndef ONCE_SERVER_MCP_H
 #define ONCE_SERVER_MCP_H

@@ -1,12 +1,12 @@
 /*
- * mcp_call.c — one tools/call through the ledger (docs/mcp.md, DESIGN
- * §10): the key from the intent (never the JSON-RPC id), the reservation
+ * mcp_call.c — one tools/call through the ledger (docs/mcp.md): the key from the intent (never the JSON-RPC id), the reservation
  * durable before the call goes to the server, the outcome recorded before
  * the agent hears it, and every repeat answered from the record.
  *
  * Threads, as for the proxy: the HTTP thread reserves; the store writer
- * hands a new reservation to the outbound thread (url server) or the stdio
- * bridge; their end is recorded asynchronously and the writer answers. A
+ * hands a new reservation to the outbound thread (url server) or to a
+ * worker that writes it to a stdio server (whose bridge thread reads the
+ * answer); their end is recorded asynchronously and the writer answers. A
  * server that streams its answer (progress notifications, then the
  * response) has the notifications relayed as they come; the response goes
  * out last, once recorded, with once's _meta.

@@ -6,8 +6,9 @@
  * tools/call, and a DELETE to end it. A stdio server needs no session: the
  * call goes over the bridge that every agent shares.
  *
- * Runs on the approvals thread, which waits for each step (an approved
- * call is rare; the outbound thread still does the transfers).
+ * Runs on a worker thread (mcp_send.c), which waits for each step (an
+ * approved call is rare; the outbound thread still does the transfers);
+ * the approvals thread never waits for it.
  */
 #include <pthread.h>
 #include <stdio.h>

@@ -40,7 +40,7 @@ int mcp_tool_recorded(const upstream_cfg *up, mcp_tools *t, const char *tool);
  * (nor readOnlyHint: true). */
 int mcp_tool_needs_approval(const upstream_cfg *up, mcp_tools *t, const char *tool);
 
-/* The key of a call (without the "TOOL:" prefix), in DESIGN §10's order:
+/* The key of a call (without the "TOOL:" prefix), in docs/mcp.md's order ("The key"):
  * params._meta.idempotencyKey, the Idempotency-Key header (hdr, may be
  * NULL), the tool's key.TOOL template over params (header fields from
  * hsrc), the sha256 of the canonical arguments. Under key_source =

@@ -1,7 +1,7 @@
 /*
  * console_assets.h — the operator console's files, embedded in the binary
  * at build time (cmake/embed.cmake generates the table from
- * src/server/console/).
+ * src/server/ops/console/).
  */
 #ifndef ONCE_SERVER_CONSOLE_ASSETS_H
 #define ONCE_SERVER_CONSOLE_ASSETS_H

@@ -4,8 +4,11 @@
  *
  * A proxied request moves through threads by callbacks, never by waiting:
  *   HTTP thread   validate, fingerprint, once_reserve_async
- *                 (a completed or live row answers here, from one read)
+ *                 (only a completed outcome in the replay cache answers
+ *                 here; every other reservation goes to the writer, which
+ *                 answers a replay or a conflict too: docs/ledger.md)
  *   store writer  on_reserved: RESERVED goes to the outbound thread
+ *                 (SQLite: on the syncer, once the batch is durable)
  *   outbound      on_upstream_done: classify, record asynchronously
  *   store writer  on_recorded: attach the answer, resume the connection
  */
