@@ -1,4 +1,4 @@
-"""SIGKILL of the gateway while an MCP tools/call is in flight (issue 17, DESIGN §10 and §7):
+"""SIGKILL of the gateway while an MCP tools/call is in flight (issue 17; docs/mcp.md, docs/guarantees.md §4):
 the call may have happened, so after the restart the action is held for a human — once
 never calls the tool again, whatever the agent retries.
 

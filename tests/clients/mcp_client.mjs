@@ -1,4 +1,4 @@
-// The agent of once's MCP gateway tests (issue 17, DESIGN §10): the official
+// The agent of once's MCP gateway tests (issue 17, docs/mcp.md): the official
 // @modelcontextprotocol/sdk `Client` over `StreamableHTTPClientTransport` — the client real
 // agents use, not an imitation — driven by a JSON script, so the Python tests (run as a
 // subprocess) see exactly what an SDK agent sees through once: results with their _meta,

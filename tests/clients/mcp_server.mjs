@@ -1,4 +1,4 @@
-// The upstream MCP server of once's MCP gateway tests (issue 17, DESIGN §10), built with the
+// The upstream MCP server of once's MCP gateway tests (issue 17, docs/mcp.md), built with the
 // official @modelcontextprotocol/sdk `McpServer` — a real server, not an imitation — so the
 // tests see exactly what an MCP server written with the SDK sends: JSON or SSE answers,
 // sessions, progress notifications, tool errors as isError results.

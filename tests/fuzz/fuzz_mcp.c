@@ -1,6 +1,6 @@
 /*
  * fuzz_mcp.c — libFuzzer target for what the MCP gateway takes from
- * untrusted agents and servers and decides on (server/mcp_tools.c): the
+ * untrusted agents and servers and decides on (server/mcp/mcp_tools.c): the
  * input is one JSON message (json_loadb with the gateway's flags) and is
  * used as
  *  - a tools/list result, learned as a first page and as later pages: a

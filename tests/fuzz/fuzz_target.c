@@ -1,6 +1,6 @@
 /*
  * fuzz_target.c — libFuzzer target for the request-target check and the
- * upstream URL built from it (src/server/target.c): raw client bytes that
+ * upstream URL built from it (src/server/core/target.c): raw client bytes that
  * decide where a request carrying the operator's credentials goes.
  *
  * Invariants: a target the check accepts gives a URL whose scheme, host and

@@ -240,7 +240,7 @@ def _ini_value(v):
 
 def write_config(path, server, upstreams, mcp=None):
     """server: dict; upstreams: {name: dict}; mcp: {name: dict}, written as [mcp.NAME]
-    sections after the upstreams (MCP servers, DESIGN §10; keys such as key.TOOL as given).
+    sections after the upstreams (MCP servers, docs/mcp.md; keys such as key.TOOL as given).
     A list value of strings repeats the line (e.g. header = [...]); a list of ints is
     written comma-separated."""
     lines = ["[server]"]

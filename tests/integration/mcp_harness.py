@@ -1,4 +1,4 @@
-"""Helpers of the MCP gateway tests (issue 17, DESIGN §10) — a module, not tests; used by
+"""Helpers of the MCP gateway tests (issue 17, docs/mcp.md) — a module, not tests; used by
 tests/integration/test_mcp.py and tests/chaos/test_mcp_chaos.py.
 
 Both ends are the official MCP TypeScript SDK (tests/clients, `npm ci`):
@@ -31,7 +31,7 @@ SERVER_MJS = CLIENTS / "mcp_server.mjs"
 CLIENT_MJS = CLIENTS / "mcp_client.mjs"
 SDK_DIR = CLIENTS / "node_modules" / "@modelcontextprotocol" / "sdk"
 
-# The outcomes of DESIGN §10 / the contract; a recorded result carries one in _meta.
+# The outcomes of docs/mcp.md ("What each outcome means to the model"); a recorded result carries one in _meta.
 OUTCOMES = ("completed", "replayed", "in_flight", "unknown", "held", "awaiting_approval", "denied")
 AMBIGUOUS = ("unknown", "held")
 

@@ -1,4 +1,4 @@
-"""Approvals (issue 16, DESIGN.md §9): a human says yes before the effect, bound to the
+"""Approvals (issue 16, docs/approvals.md): a human says yes before the effect, bound to the
 exact request.
 
 An upstream's `approve = RULE, ...` makes a matching new request wait: it is stored

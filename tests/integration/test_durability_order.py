@@ -1,8 +1,8 @@
 """The order of durability, read off the real syscalls (SQLite store).
 
 once commits a batch without syncing it and a syncer fdatasyncs the WAL
-before anyone hears (src/store/sqlite_store.c). DESIGN §2's two rules, as
-the kernel sees them under strace:
+before anyone hears (src/store/sqlite_store.c). The two rules of docs/guarantees.md §2
+(reserve first, record before reply), as the kernel sees them under strace:
 
 - the reservation's WAL frames are fdatasynced before the first byte goes
   to the upstream;

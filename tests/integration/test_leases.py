@@ -1,4 +1,4 @@
-"""Leases that renew (issue 13, DESIGN.md §7): a reservation lives `lease` without news
+"""Leases that renew (issue 13, docs/guarantees.md §4): a reservation lives `lease` without news
 from its owner, and the owner renews it every lease/3 while its call runs, so
 
 - a live call longer than the lease stays pending: retries get 409 key_in_flight

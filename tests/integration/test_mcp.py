@@ -1,5 +1,5 @@
-"""The MCP gateway (issue 17, DESIGN §10, /v1/mcp/NAME): exactly-once tool calls for agents
-that speak the Model Context Protocol, checked against its behaviour contract.
+"""The MCP gateway (issue 17, docs/mcp.md, /v1/mcp/NAME): exactly-once tool calls for agents
+that speak the Model Context Protocol, checked against the behaviour docs/mcp.md describes.
 
 Both ends are the official MCP TypeScript SDK from npm (tests/clients, `npm ci`), never an
 imitation: the upstream is tests/clients/mcp_server.mjs (McpServer over

@@ -1,4 +1,4 @@
-"""Kept-alive upstream connections between calls (src/server/outbound.c).
+"""Kept-alive upstream connections between calls (src/server/core/outbound.c).
 
 The outbound thread waits in epoll on the sockets curl names and keeps
 connections to an upstream open between calls. An upstream that closes an

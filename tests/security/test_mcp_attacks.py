@@ -1,4 +1,4 @@
-"""Attacks on the MCP gateway (issue 17; DESIGN §6 and §10; /tmp/mcp/contract.md).
+"""Attacks on the MCP gateway (issue 17; docs/security.md and docs/mcp.md).
 
 once holds an MCP server's credentials (`header = X-Api-Key: s3cret`) and puts every
 tools/call through the ledger. Nothing an agent sends may choose where a request goes,
@@ -1081,7 +1081,7 @@ def test_host_headers_do_not_choose_the_server(env, attacker, label):
     """Attack: headers that name the attacker as the host (Host, X-Forwarded-Host,
     Forwarded, X-Original-URL, ...) on a tools/call, hoping once builds the upstream URL
     from them. Answer: the attacker sees nothing; the call goes to the configured server,
-    which sees its own Host, and no Forwarded / X-Forwarded-Host/-Proto/-For (DESIGN §6:
+    which sees its own Host, and no Forwarded / X-Forwarded-Host/-Proto/-For (docs/security.md:
     once drops the forwarding headers a client could forge)."""
     rpc = Rpc(env, "shop").initialize(list_tools=False)
     oid = uid("host")
@@ -1114,7 +1114,7 @@ def test_other_forwarding_claims_are_not_passed_on(env, attacker):
     X-Forwarded-Port/-Server/-Prefix, X-Original-URL, X-Rewrite-URL (which some frameworks
     and IIS use to *route* the request: the agent would choose the path at the MCP server's
     host, while once "POSTs exactly this URL"), X-Original-Host, X-Host. once sets none of
-    them, so by DESIGN §6 none may look as if it had. Answer expected: the SDK server sees
+    them, so none may look as if it had (docs/security.md). Answer expected: the SDK server sees
     none of them; the attacker sees nothing."""
     rpc = Rpc(env, "shop").initialize(list_tools=False)
     oid = uid("fwd")
@@ -1273,7 +1273,7 @@ def test_token_in_the_query_is_not_a_token(env):
 def test_unauthenticated_body_is_never_read(env):
     """Attack: announce a 100 MiB tools/call (Content-Length) and send only the headers —
     without a token, then with one (max_body is 1 MiB) — to tie once up reading or
-    buffering. Answer: decided from the headers (DESIGN §6): 401 unauthorized, resp. 413
+    buffering. Answer: decided from the headers (docs/security.md, "The header phase"): 401 unauthorized, resp. 413
     body_too_large, within seconds and without the body; the server sees nothing."""
     quiet = Quiet(env)
     for token, status, code in ((None, 401, "unauthorized"), (AGENT, 413, "body_too_large")):

@@ -1,5 +1,5 @@
 /*
- * test_approvals.c — approvals (once.h, DESIGN §9): a reservation that
+ * test_approvals.c — approvals (once.h, docs/approvals.md): a reservation that
  * needs a human waits (AWAITING_APPROVAL), is approved, claimed by one
  * sender and completed, or denied (by a human, or because nobody decided
  * in time) and swept after its retention; on SQLite (file and memory) and

@@ -1,5 +1,5 @@
 /*
- * test_config.c — the gateway's configuration loader (src/server/config.c):
+ * test_config.c — the gateway's configuration loader (src/server/config/config.c):
  * the value parsers, every class of error with the exact file:line, ${NAME}
  * expansion, *_file keys, defaults and the environment overrides, and the
  * [source.NAME] webhook sections (per-scheme defaults, secrets, checks).

@@ -1,6 +1,6 @@
 /*
  * test_config_mcp.c — the [mcp.NAME] sections of the configuration
- * (server/config_mcp.c): a Streamable HTTP server (url) and a stdio server
+ * (server/config/config_mcp.c): a Streamable HTTP server (url) and a stdio server
  * (command) load with their fields and defaults, and every mistake is
  * refused at its file:line, since a wrong tool list or key template is a
  * double effect or a skipped approval waiting to happen. The rest of the

@@ -1,9 +1,9 @@
 /*
  * test_mcp_tools.c — what the MCP gateway decides about a tools/call before
- * anything is sent, and the answers it builds (server/mcp_tools.c), without
+ * anything is sent, and the answers it builds (server/mcp/mcp_tools.c), without
  * a socket: which tools are recorded and which wait for a human (from the
  * configuration and the annotations learned from tools/list), the key of a
- * call in DESIGN §10's order, the canonical arguments the key hash and the
+ * call in docs/mcp.md's order ("The key"), the canonical arguments the key hash and the
  * fingerprint are taken over, what a server's final response means for the
  * ledger, and the JSON-RPC answers with once's _meta. The black-box proofs
  * are tests/integration/test_mcp.py.

@@ -1,7 +1,7 @@
 /*
  * test_upstream_rules.c — which client headers never reach an upstream, and
  * what each way a call can end is recorded as, and which requests wait for
- * a human's approval (server/upstream_rules.c),
+ * a human's approval (server/core/upstream_rules.c),
  * without a socket. The black-box proofs are tests/integration/test_proxy.py
  * and tests/security.
  */
