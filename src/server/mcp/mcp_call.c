@@ -542,7 +542,8 @@ static void forward_stdio(void *arg)
 /* ---- reserving ------------------------------------------------------------------------ */
 
 /* The stored request: the tool and its arguments, what a human approves
- * and once_show shows. Called by the store only when a row is written. */
+ * and once_show shows. Called by the store only when the reservation goes
+ * to the writer, where a row may be written. */
 static int meta_build(void *arg, const uint8_t **data, size_t *len)
 {
     mcall *mc = arg;

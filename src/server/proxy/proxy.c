@@ -103,8 +103,9 @@ static int method_is_safe(const char *m)
 
 /* The request as stored with the reservation (stored_request.h): what a
  * provider lookup or a human needs to know what was attempted. Called by
- * the store (through rreq.request_fn) only when a row is written, so a
- * replay never pays for it; it reads only what the proxy owns, as it may
+ * the store (through rreq.request_fn) only when the reservation goes to
+ * the writer, where a row may be written, so a replay the cache answers
+ * never pays for it; it reads only what the proxy owns, as it may
  * run after the client left. Injected headers are never stored (they come
  * after the client's in px->headers). */
 static int meta_build(void *arg, const uint8_t **data, size_t *len)
