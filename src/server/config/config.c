@@ -3,8 +3,10 @@
  * buffer, freeing, finding an upstream or a source, and the questions
  * asked of listen addresses (loopback? clashing?). How the file is read is
  * config_read.c; the keys are data, one table per section
- * (config_server.c, config_upstream.c, config_source.c); their typed
- * setters are config_types.c (see config_keys.h).
+ * (config_server.c, config_upstream.c, config_mcp.c, config_source.c) and
+ * one for the keys [upstream.NAME] and [mcp.NAME] share
+ * (config_endpoint.c); their typed setters are config_types.c (see
+ * config_keys.h).
  */
 #include "server/config/config.h"
 

@@ -5,7 +5,9 @@
  * inih reports are errors naming file:line, because a typo in a retry policy
  * is a double charge waiting to happen. Each section's keys are a table
  * (name, type, field, bounds, default, flags): config_server.c,
- * config_upstream.c, config_source.c; the rest is config_keys.h.
+ * config_upstream.c, config_mcp.c, config_source.c, and config_endpoint.c
+ * for the keys an upstream and an MCP server share; the rest is
+ * config_keys.h.
  */
 #ifndef ONCE_SERVER_CONFIG_H
 #define ONCE_SERVER_CONFIG_H

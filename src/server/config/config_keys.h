@@ -1,16 +1,19 @@
 /*
  * config_keys.h — what the loader's files share, and nothing the rest of
  * the gateway needs (it includes config.h): the loading context, the row of
- * a key table, the typed setters the rows name, and the three sections.
+ * a key table, the typed setters the rows name, and the sections.
  *
  * A key is data. One row says its name, how its value is read (a typed
  * setter from config_types.c, or the section's own for the few keys that
- * need one), where it goes (an offset into once_config, upstream_cfg or
- * source_cfg), its bounds, its default (written as in a file and read by
- * the same setter when the section opens) and its flags. What involves
- * more than one key is checked once the whole file is in, by the section's
- * finish function beside its table (config_server.c, config_upstream.c,
- * config_source.c).
+ * need one), where it goes (the offset of a field of once_config,
+ * upstream_cfg or source_cfg), its bounds, its default (written as in a
+ * file and read by the same setter when the section opens) and its flags.
+ * Rows are written with named fields, so a row says what each value is.
+ * What involves more than one key is checked once the whole file is in, by
+ * the section's finish function beside its table (config_server.c,
+ * config_upstream.c, config_mcp.c, config_source.c). The keys [upstream.NAME]
+ * and [mcp.NAME] both have, since both configure an endpoint, are one table
+ * and one finish that both sections use (config_endpoint.c).
  */
 #ifndef ONCE_SERVER_CONFIG_KEYS_H
 #define ONCE_SERVER_CONFIG_KEYS_H
@@ -44,30 +47,42 @@ enum config_flag {
 struct config_key {
     const char *name;
     config_setter set;
-    size_t off;        /* of the field in the section's struct */
-    int64_t min, max;  /* numbers; durations in ms; sizes in bytes; max 0: none */
-    const char *def;   /* the default as a file would say it; NULL: zero, or the finish's */
-    unsigned flags;    /* enum config_flag */
-    const char *words; /* config_word: the words, '|'-separated, for the values 0, 1, ... */
+    size_t field;              /* where the value goes: offsetof the field in the section's struct */
+    int64_t min, max;          /* numbers; durations in ms; sizes in bytes; max 0: none */
+    const char *default_value; /* as a file would say it; NULL: zero, or what the finish decides */
+    unsigned flags;            /* enum config_flag */
+    const char *words;         /* config_word: the words, '|'-separated, for the values 0, 1, ... */
 };
+
+/* The rows of a table defined in one file and used by sections in others. */
+typedef struct config_table {
+    const config_key *keys;
+    size_t nkeys;
+} config_table;
+
+/* How many rows a table has (an array defined in the same file). */
+#define CONFIG_NKEYS(keys) (sizeof(keys) / sizeof *(keys))
+
+/* The offset of an upstream_cfg field: where the rows of [upstream.NAME]
+ * and [mcp.NAME] write (an MCP server is an upstream_cfg too). */
+#define UP(f) offsetof(upstream_cfg, f)
 
 enum config_kind { CONFIG_SERVER, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_NKINDS };
 
-/* A kind of section: its key table, its instances' size, and its checks
- * ([server]'s one instance is the once_config itself). */
+/* A kind of section: its key tables, its instances' size, and its checks
+ * ([server]'s one instance is the once_config itself). A key's index in
+ * the section counts its own rows first, then the shared ones. */
 typedef struct config_section {
-    enum config_kind kind; /* where instances live: [mcp.NAME] ones are upstreams (one namespace) */
-    const char *prefix; /* "server", "upstream.", "mcp.", "source." */
-    const char *noun;   /* "an upstream", "a source": for bad names */
-    const config_key *keys;
+    enum config_kind kind;                  /* where instances live: [mcp.NAME]'s are upstreams (one namespace) */
+    const char *prefix;                     /* "server", "upstream.", "mcp.", "source." */
+    const char *noun;                       /* "an upstream", "a source": for bad names */
+    const config_key *keys;                 /* the section's own rows */
     size_t nkeys;
-    size_t size, line_off;                  /* one instance, and its line field */
+    const config_table *shared;             /* rows other sections have too, or NULL */
+    size_t size;                            /* one instance */
+    size_t line_field;                      /* offsetof its int line, the line of its [NAME] */
     int (*finish)(config_ctx *c, size_t i); /* cross-key checks of instance i */
 } config_section;
-
-/* A section's descriptor, its key count taken from its table. */
-#define CONFIG_SECTION(kind, prefix, noun, keys, size, line_off, finish)                                              \
-    {kind, prefix, noun, keys, sizeof keys / sizeof *keys, size, line_off, finish}
 
 extern const config_section config_server_section;
 extern const config_section config_upstream_section;
@@ -76,9 +91,9 @@ extern const config_section config_mcp_section;
 
 /* Which keys an instance of a section set, and on which line. */
 typedef struct config_sec_state {
-    const config_section *sec; /* the table the instance was read with */
+    const config_section *sec; /* the section the instance was read as */
     uint64_t seen;
-    int line[CONFIG_MAX_KEYS]; /* by index in the section's table */
+    int line[CONFIG_MAX_KEYS]; /* by the key's index in the section */
 } config_sec_state;
 
 struct config_ctx {
@@ -155,10 +170,14 @@ int config_url(config_ctx *c, const config_key *k, void *field, const char *v); 
 int config_pem(config_ctx *c, const config_key *k, void *field, const char *v);         /* char *: a readable file */
 int config_header_name(config_ctx *c, const config_key *k, void *field, const char *v); /* char * */
 
-/* (config_upstream.c) header = Name: value and header_file = PATH of the
- * current upstream or MCP server: injected into each request to it. */
-int config_header(config_ctx *c, const config_key *k, void *field, const char *v);
-int config_header_file(config_ctx *c, const config_key *k, void *field, const char *v);
+/* ---- the keys every endpoint has (config_endpoint.c) ---- */
+/* The rows [upstream.NAME] and [mcp.NAME] share: header, header_file,
+ * timeout, lease, retention, max_response, key_source, approve_ttl. */
+extern const config_table config_endpoint_table;
+/* The checks of those keys once the file is in, for upstream or MCP server
+ * i: lease and retention are [server]'s unless set, max_response fits the
+ * ledger. 0, or -1 after config_fail_at. */
+int config_endpoint_finish(config_ctx *c, size_t i);
 
 /* The count that follows an array field (int *list; size_t nlist;). */
 #define CONFIG_COUNT(field, type) ((size_t *)(void *)((char *)(field) + sizeof(type)))

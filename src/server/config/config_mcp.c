@@ -5,7 +5,8 @@
  * in the upstreams' array, so that scopes, leases, approvals and the
  * reconciler find an MCP server as they find an upstream. The setters here
  * read what only an MCP server has: the command line, per-tool key
- * templates, tool lists.
+ * templates, tool lists. The keys it shares with [upstream.NAME] (header,
+ * timeout, lease, ...) and their checks are config_endpoint.c's.
  */
 #include "server/config/config_keys.h"
 
@@ -13,11 +14,8 @@
 #include <string.h>
 
 #include "common/key_template.h"
-#include "once/once.h"
 
-#define MC(f) offsetof(upstream_cfg, f)
 #define MCP_TOOL_MAX 128 /* MCP tool names: 1-128 of A-Z a-z 0-9 _ - . */
-#define MCP_TIMEOUT_MAX_MS (24 * 3600 * 1000LL)
 #define MCP_WAIT_MAX_MS (10 * 60 * 1000LL)
 
 /* Whether s[0..n) is a tool name as MCP defines them; '/' is allowed too
@@ -151,28 +149,19 @@ static int config_tools_list(config_ctx *c, const config_key *k, void *field, co
     return config_split(c, v, strlen(v), ',', config_tool_item, &l);
 }
 
-/* [mcp.NAME]: a row a key (config_keys.h). */
+/* [mcp.NAME]'s own rows (config_keys.h); config_endpoint_table's follow. */
 static const config_key config_mcp_keys[] = {
-    {"url", config_url, MC(url), 0, 0, NULL, 0, NULL},
-    {"command", config_command, MC(command), 0, 0, NULL, 0, NULL},
-    {"header", config_header, MC(headers), 0, 0, NULL, CK_REPEAT | CK_SECRET, NULL},
-    {"header_file", config_header_file, MC(headers), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"timeout", config_duration, MC(timeout_ms), 1, MCP_TIMEOUT_MAX_MS, "60s", 0, NULL},
-    {"lease", config_duration, MC(lease_ms), 1, ONCE_LEASE_MAX_MS, NULL, 0, NULL},
-    {"retention", config_duration, MC(retention_ms), 1, ONCE_RETENTION_MAX_MS, NULL, 0, NULL},
-    {"max_response", config_size, MC(max_response), 1, 0, "16MiB", 0, NULL},
-    {"key.", config_tool_key, MC(tool_keys), 0, 0, NULL, CK_PREFIX | CK_REPEAT, NULL},
-    /* As the proxy's: template makes key.TOOL win over the agent's own key. */
-    {"key_source", config_word, MC(key_from_template), 0, 0, "header", 0, "header|template"},
-    {"readonly", config_tools_list, MC(readonly), 0, 0, NULL, 0, NULL},
-    {"approve", config_tools_list, MC(approve), 0, 0, NULL, 0, NULL},
-    {"approve_ttl", config_duration, MC(approve_ttl_ms), 1, ONCE_APPROVAL_TTL_MAX_MS, "24h", 0, NULL},
-    {"wait", config_duration, MC(wait_ms), 0, MCP_WAIT_MAX_MS, "30s", 0, NULL},
+    {.name = "url", .set = config_url, .field = UP(url)}, /* kept as written: the server's endpoint */
+    {.name = "command", .set = config_command, .field = UP(command)},
+    {.name = "key.", .set = config_tool_key, .field = UP(tool_keys), .flags = CK_PREFIX | CK_REPEAT},
+    {.name = "readonly", .set = config_tools_list, .field = UP(readonly)},
+    {.name = "approve", .set = config_tools_list, .field = UP(approve)},
+    {.name = "wait", .set = config_duration, .field = UP(wait_ms), .max = MCP_WAIT_MAX_MS, .default_value = "30s"},
 };
 
-/* One of url and command; header only for url; lease and retention from
- * [server] unless set; approve_ttl only with approve; key_source =
- * template only with a key.TOOL (else it would pin nothing). */
+/* One of url and command; header only for url; key_source = template
+ * only with a key.TOOL (else it would pin nothing); what every endpoint
+ * checks (config_endpoint_finish); approve_ttl only with approve. */
 static int config_mcp_finish(config_ctx *c, size_t i)
 {
     const once_config *cfg = c->cfg;
@@ -189,13 +178,8 @@ static int config_mcp_finish(config_ctx *c, size_t i)
     if (u->key_from_template && u->ntool_keys == 0)
         return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "key_source"),
                               "key_source: template needs key.TOOL = TEMPLATE in [mcp.%s]", u->name);
-    if (config_line(c, CONFIG_UPSTREAM, i, "lease") == 0)
-        u->lease_ms = cfg->lease_ms;
-    if (config_line(c, CONFIG_UPSTREAM, i, "retention") == 0)
-        u->retention_ms = cfg->retention_ms;
-    if (u->max_response > ONCE_BODY_MAX)
-        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "max_response"),
-                              "[mcp.%s]: max_response may be at most 64MiB", u->name);
+    if (config_endpoint_finish(c, i) != 0)
+        return -1;
     for (size_t a = 0; a < u->napprove; a++)
         for (size_t r = 0; r < u->nreadonly; r++)
             if (strcmp(u->approve[a], u->readonly[r]) == 0)
@@ -207,5 +191,14 @@ static int config_mcp_finish(config_ctx *c, size_t i)
     return 0;
 }
 
-const config_section config_mcp_section = CONFIG_SECTION(CONFIG_UPSTREAM, "mcp.", "an MCP server", config_mcp_keys,
-                                                         sizeof(upstream_cfg), MC(line), config_mcp_finish);
+const config_section config_mcp_section = {
+    .kind = CONFIG_UPSTREAM,
+    .prefix = "mcp.",
+    .noun = "an MCP server",
+    .keys = config_mcp_keys,
+    .nkeys = CONFIG_NKEYS(config_mcp_keys),
+    .shared = &config_endpoint_table,
+    .size = sizeof(upstream_cfg),
+    .line_field = UP(line),
+    .finish = config_mcp_finish,
+};

@@ -296,11 +296,24 @@ static char *config_instance(once_config *cfg, const config_section *s, size_t i
     return (s->kind == CONFIG_UPSTREAM ? (char *)cfg->upstreams : (char *)cfg->sources) + i * s->size;
 }
 
+/* How many keys section s has: its own rows and the shared ones. */
+static size_t config_nkeys(const config_section *s)
+{
+    return s->nkeys + (s->shared != NULL ? s->shared->nkeys : 0);
+}
+
+/* Key k of section s (k < config_nkeys(s)): its own rows first, then the
+ * shared ones, so that one index names a key in the section's state. */
+static const config_key *config_key_at(const config_section *s, size_t k)
+{
+    return k < s->nkeys ? &s->keys[k] : &s->shared->keys[k - s->nkeys];
+}
+
 int config_line(const config_ctx *c, enum config_kind kind, size_t i, const char *name)
 {
     const config_section *s = c->st[kind][i].sec;
-    for (size_t k = 0; k < s->nkeys; k++) {
-        if (strcmp(s->keys[k].name, name) == 0)
+    for (size_t k = 0; k < config_nkeys(s); k++) {
+        if (strcmp(config_key_at(s, k)->name, name) == 0)
             return (c->st[kind][i].seen >> k & 1) != 0 ? c->st[kind][i].line[k] : 0;
     }
     return 0;
@@ -316,7 +329,7 @@ static int config_set_key(config_ctx *c, const config_key *k, const char *raw)
     char *v = config_expand(c, raw);
     char *path = v != NULL && (k->flags & CK_PATH) ? config_resolve_path(c, v) : NULL;
     if (!c->failed) {
-        void *field = config_instance(c->cfg, c->sec, c->cur) + k->off;
+        void *field = config_instance(c->cfg, c->sec, c->cur) + k->field;
         if (k->set(c, k, field, path != NULL ? path : v) == 0 && (k->flags & CK_SECRET)) {
             if (path != NULL)
                 config_note_secret_file(c, path);
@@ -334,8 +347,9 @@ static int config_set_key(config_ctx *c, const config_key *k, const char *raw)
 /* The table's defaults, written as a file would say them. */
 static int config_defaults(config_ctx *c)
 {
-    for (size_t k = 0; k < c->sec->nkeys; k++) {
-        if (c->sec->keys[k].def != NULL && config_set_key(c, &c->sec->keys[k], c->sec->keys[k].def) != 0)
+    for (size_t k = 0; k < config_nkeys(c->sec); k++) {
+        const config_key *key = config_key_at(c->sec, k);
+        if (key->default_value != NULL && config_set_key(c, key, key->default_value) != 0)
             return -1;
     }
     return 0;
@@ -379,11 +393,11 @@ static int config_open_named(config_ctx *c, const config_section *s, const char 
         const config_section *os = c->st[s->kind][i].sec;
         if (strcmp(*(char **)other, name) == 0 && os == s)
             return config_fail(c, "duplicate section [%s%s] (first at line %d)", s->prefix, name,
-                               *(int *)(void *)(other + s->line_off));
+                               *(int *)(void *)(other + s->line_field));
         if (strcmp(*(char **)other, name) == 0)
             return config_fail(c, "[%s%s]: the name is taken by [%s%s] (line %d): upstreams and MCP servers "
                                "share one namespace", s->prefix, name, os->prefix, name,
-                               *(int *)(void *)(other + os->line_off));
+                               *(int *)(void *)(other + os->line_field));
     }
     if (config_grow(c, s, *n) != 0)
         return -1;
@@ -393,7 +407,7 @@ static int config_open_named(config_ctx *c, const config_section *s, const char 
     c->st[s->kind][*n].sec = s;
     if ((*(char **)inst = strdup(name)) == NULL)
         return config_fail_oom(c);
-    *(int *)(void *)(inst + s->line_off) = c->lineno;
+    *(int *)(void *)(inst + s->line_field) = c->lineno;
     c->sec = s;
     c->cur = (*n)++;
     c->secname = *(char **)inst;
@@ -524,17 +538,19 @@ static int config_on_pair(void *user, const char *section, const char *name, con
         return config_fail(c, "'%s' is outside a section (start with [server], [upstream.NAME] or [source.NAME])",
                            config_quote(name, q, sizeof q)),
                0;
-    while (k < s->nkeys && strcmp(s->keys[k].name, name) != 0 && !config_key_prefixed(&s->keys[k], name))
+    while (k < config_nkeys(s) && strcmp(config_key_at(s, k)->name, name) != 0 &&
+           !config_key_prefixed(config_key_at(s, k), name))
         k++;
-    if (k == s->nkeys)
+    if (k == config_nkeys(s))
         return config_fail(c, "unknown key '%s' in [%s%s]", config_quote(name, q, sizeof q), s->prefix, c->secname), 0;
+    const config_key *key = config_key_at(s, k);
     config_sec_state *st = &c->st[s->kind][c->cur];
-    if ((st->seen >> k & 1) != 0 && !(s->keys[k].flags & CK_REPEAT))
+    if ((st->seen >> k & 1) != 0 && !(key->flags & CK_REPEAT))
         return config_fail(c, "duplicate key '%s'", name), 0;
     st->seen |= (uint64_t)1 << k;
     st->line[k] = c->lineno;
-    c->suffix = (s->keys[k].flags & CK_PREFIX) ? name + strlen(s->keys[k].name) : NULL;
-    return config_set_key(c, &s->keys[k], value) == 0;
+    c->suffix = (key->flags & CK_PREFIX) ? name + strlen(key->name) : NULL;
+    return config_set_key(c, key, value) == 0;
 }
 
 /* ---- the load ------------------------------------------------------------------------------ */

@@ -127,29 +127,35 @@ static int config_metrics_token(config_ctx *c, const config_key *k, void *field,
     return config_set_str(field, v) != 0 ? config_fail_oom(c) : 0;
 }
 
-/* [server]: a row a key (config_keys.h): name, type (its setter), field, min, max,
- * default, flags, words. */
+/* [server]: a row a key (config_keys.h). */
 static const config_key config_server_keys[] = {
-    {"listen", config_listen, SRV(listen), 0, 0, "127.0.0.1:7600", 0, NULL},
-    {"store", config_store, SRV(store), 0, 0, "sqlite:once.db", 0, NULL},
-    {"max_body", config_size, SRV(max_body), 1, CONFIG_MAX_BODY_MAX, "1MiB", 0, NULL},
+    {.name = "listen", .set = config_listen, .field = SRV(listen), .default_value = "127.0.0.1:7600"},
+    {.name = "store", .set = config_store, .field = SRV(store), .default_value = "sqlite:once.db"},
+    {.name = "max_body", .set = config_size, .field = SRV(max_body),
+     .min = 1, .max = CONFIG_MAX_BODY_MAX, .default_value = "1MiB"},
     /* The ledger's own limits: refused at load, not as a 400 on every request. */
-    {"lease", config_duration, SRV(lease_ms), 1, ONCE_LEASE_MAX_MS, "10s", 0, NULL},
-    {"retention", config_duration, SRV(retention_ms), 1, ONCE_RETENTION_MAX_MS, "24h", 0, NULL},
-    {"tokens_file", config_tokens_file, SRV(tokens), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"shutdown_grace", config_duration, SRV(grace_ms), 0, 0, "30s", 0, NULL},
-    {"threads", config_uint, SRV(threads), 1, 1024, "4", 0, NULL},
-    {"max_connections", config_uint, SRV(max_connections), 1, CONFIG_CONNS, "4096", 0, NULL},
-    {"loop_interval", config_duration, SRV(loop_interval_ms), 1, 0, "1s", 0, NULL},
-    {"insecure_no_auth", config_bool, SRV(insecure_no_auth), 0, 0, "no", 0, NULL},
-    {"max_connections_per_client", config_uint, SRV(max_conn_per_client), 0, CONFIG_CONNS, "256", 0, NULL},
-    {"max_connections_per_loopback_client", config_uint, SRV(max_conn_per_loopback), 0, CONFIG_CONNS, "0", 0, NULL},
-    {"request_timeout", config_duration, SRV(request_timeout_ms), 1, 0, "30s", 0, NULL},
-    {"redact_headers", config_redact_headers, SRV(redact_headers), 0, 0, NULL, 0, NULL},
-    {"metrics_token", config_metrics_token, SRV(metrics_token), 0, 0, NULL, CK_SECRET, NULL},
-    {"tls_cert", config_pem, SRV(tls_cert), 0, 0, NULL, CK_PATH, NULL},
-    {"tls_key", config_pem, SRV(tls_key), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"wal_max", config_size, SRV(wal_max), 1 << 20, 0, "64MiB", 0, NULL},
+    {.name = "lease", .set = config_duration, .field = SRV(lease_ms),
+     .min = 1, .max = ONCE_LEASE_MAX_MS, .default_value = "10s"},
+    {.name = "retention", .set = config_duration, .field = SRV(retention_ms),
+     .min = 1, .max = ONCE_RETENTION_MAX_MS, .default_value = "24h"},
+    {.name = "tokens_file", .set = config_tokens_file, .field = SRV(tokens), .flags = CK_PATH | CK_SECRET},
+    {.name = "shutdown_grace", .set = config_duration, .field = SRV(grace_ms), .default_value = "30s"},
+    {.name = "threads", .set = config_uint, .field = SRV(threads), .min = 1, .max = 1024, .default_value = "4"},
+    {.name = "max_connections", .set = config_uint, .field = SRV(max_connections),
+     .min = 1, .max = CONFIG_CONNS, .default_value = "4096"},
+    {.name = "loop_interval", .set = config_duration, .field = SRV(loop_interval_ms), .min = 1, .default_value = "1s"},
+    {.name = "insecure_no_auth", .set = config_bool, .field = SRV(insecure_no_auth), .default_value = "no"},
+    {.name = "max_connections_per_client", .set = config_uint, .field = SRV(max_conn_per_client),
+     .max = CONFIG_CONNS, .default_value = "256"},
+    {.name = "max_connections_per_loopback_client", .set = config_uint, .field = SRV(max_conn_per_loopback),
+     .max = CONFIG_CONNS, .default_value = "0"},
+    {.name = "request_timeout", .set = config_duration, .field = SRV(request_timeout_ms),
+     .min = 1, .default_value = "30s"},
+    {.name = "redact_headers", .set = config_redact_headers, .field = SRV(redact_headers)},
+    {.name = "metrics_token", .set = config_metrics_token, .field = SRV(metrics_token), .flags = CK_SECRET},
+    {.name = "tls_cert", .set = config_pem, .field = SRV(tls_cert), .flags = CK_PATH},
+    {.name = "tls_key", .set = config_pem, .field = SRV(tls_key), .flags = CK_PATH | CK_SECRET},
+    {.name = "wal_max", .set = config_size, .field = SRV(wal_max), .min = 1 << 20, .default_value = "64MiB"},
 };
 
 _Static_assert(offsetof(once_config, nredact_headers) == offsetof(once_config, redact_headers) + sizeof(char **),
@@ -187,5 +193,11 @@ static int config_server_finish(config_ctx *c, size_t i)
     return config_apply_env(c);
 }
 
-const config_section config_server_section =
-    CONFIG_SECTION(CONFIG_SERVER, "server", NULL, config_server_keys, 0, 0, config_server_finish);
+/* [server]'s one instance is the once_config itself: no size, no line. */
+const config_section config_server_section = {
+    .kind = CONFIG_SERVER,
+    .prefix = "server",
+    .keys = config_server_keys,
+    .nkeys = CONFIG_NKEYS(config_server_keys),
+    .finish = config_server_finish,
+};

@@ -116,27 +116,29 @@ static int config_deliver_secret(config_ctx *c, const config_key *k, void *field
     return config_set_str(field, v) != 0 ? config_fail_oom(c) : 0;
 }
 
-/* [source.NAME]: a row a key (config_keys.h): name, type (its setter), field, min, max,
- * default, flags, words. */
+/* [source.NAME]: a row a key (config_keys.h). */
 static const config_key config_source_keys[] = {
-    {"verify", config_verify, SRC(verify), 0, 0, NULL, 0, NULL}, /* required */
-    {"secret", config_secret, SRC(secrets), 0, 0, NULL, CK_SECRET, NULL},
-    {"secret_file", config_secret_file, SRC(secrets), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"insecure", config_bool, SRC(insecure), 0, 0, "no", 0, NULL},
+    {.name = "verify", .set = config_verify, .field = SRC(verify)}, /* required */
+    {.name = "secret", .set = config_secret, .field = SRC(secrets), .flags = CK_SECRET},
+    {.name = "secret_file", .set = config_secret_file, .field = SRC(secrets), .flags = CK_PATH | CK_SECRET},
+    {.name = "insecure", .set = config_bool, .field = SRC(insecure), .default_value = "no"},
     /* event_id's default is the scheme's (config_source_finish). */
-    {"event_id", config_event_id, SRC(event_id), 0, 0, NULL, 0, NULL},
-    {"tolerance", config_duration, SRC(tolerance_ms), 1, 0, "5m", 0, NULL},
-    {"signature_header", config_header_name, SRC(signature_header), 0, 0, NULL, 0, NULL},
-    {"signature_encoding", config_word, SRC(signature_base64), 0, 0, "hex", 0, "hex|base64"},
-    {"signature_prefix", config_signature_prefix, SRC(signature_prefix), 0, 0, NULL, 0, NULL},
-    {"deliver_to", config_url, SRC(deliver_to), 0, 0, NULL, 0, NULL},
-    {"deliver_secret", config_deliver_secret, SRC(deliver_secret), 0, 0, NULL, CK_SECRET, NULL},
-    {"max_attempts", config_uint, SRC(max_attempts), 1, CONFIG_SRC_LIMIT, "12", 0, NULL},
-    {"retry_base", config_duration, SRC(retry_base_ms), 1, 0, "1s", 0, NULL},
-    {"retry_cap", config_duration, SRC(retry_cap_ms), 1, 0, "1h", 0, NULL},
-    {"retention", config_duration, SRC(retention_ms), 1, 0, "7d", 0, NULL},
-    {"timeout", config_duration, SRC(timeout_ms), 1, 0, "30s", 0, NULL},
-    {"concurrency", config_uint, SRC(concurrency), 1, CONFIG_SRC_LIMIT, "8", 0, NULL},
+    {.name = "event_id", .set = config_event_id, .field = SRC(event_id)},
+    {.name = "tolerance", .set = config_duration, .field = SRC(tolerance_ms), .min = 1, .default_value = "5m"},
+    {.name = "signature_header", .set = config_header_name, .field = SRC(signature_header)},
+    {.name = "signature_encoding", .set = config_word, .field = SRC(signature_base64),
+     .default_value = "hex", .words = "hex|base64"},
+    {.name = "signature_prefix", .set = config_signature_prefix, .field = SRC(signature_prefix)},
+    {.name = "deliver_to", .set = config_url, .field = SRC(deliver_to)},
+    {.name = "deliver_secret", .set = config_deliver_secret, .field = SRC(deliver_secret), .flags = CK_SECRET},
+    {.name = "max_attempts", .set = config_uint, .field = SRC(max_attempts),
+     .min = 1, .max = CONFIG_SRC_LIMIT, .default_value = "12"},
+    {.name = "retry_base", .set = config_duration, .field = SRC(retry_base_ms), .min = 1, .default_value = "1s"},
+    {.name = "retry_cap", .set = config_duration, .field = SRC(retry_cap_ms), .min = 1, .default_value = "1h"},
+    {.name = "retention", .set = config_duration, .field = SRC(retention_ms), .min = 1, .default_value = "7d"},
+    {.name = "timeout", .set = config_duration, .field = SRC(timeout_ms), .min = 1, .default_value = "30s"},
+    {.name = "concurrency", .set = config_uint, .field = SRC(concurrency),
+     .min = 1, .max = CONFIG_SRC_LIMIT, .default_value = "8"},
 };
 
 /* ---- after the file ------------------------------------------------------------ */
@@ -234,5 +236,13 @@ static int config_source_finish(config_ctx *c, size_t i)
     return 0;
 }
 
-const config_section config_source_section = CONFIG_SECTION(CONFIG_SOURCE, "source.", "a source", config_source_keys,
-                                                            sizeof(source_cfg), SRC(line), config_source_finish);
+const config_section config_source_section = {
+    .kind = CONFIG_SOURCE,
+    .prefix = "source.",
+    .noun = "a source",
+    .keys = config_source_keys,
+    .nkeys = CONFIG_NKEYS(config_source_keys),
+    .size = sizeof(source_cfg),
+    .line_field = SRC(line),
+    .finish = config_source_finish,
+};

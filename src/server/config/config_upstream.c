@@ -1,10 +1,12 @@
 /*
- * config_upstream.c — the [upstream.NAME] section: its key table, the
- * setters only it needs (injected headers, status lists, the key template,
- * the reconciliation lookup), and the checks of several keys made once the
- * file is read: lease and retention from [server], the lookup_* keys
- * without a lookup, release_on against unknown_on, TLS settings that would
- * be ignored, and listen addresses that clash.
+ * config_upstream.c — the [upstream.NAME] section (a proxied HTTP API):
+ * its own key table, the setters only it needs (status lists, the key
+ * template, the reconciliation lookup, approval rules), and the checks of
+ * several keys made once the file is read: the lookup_* keys without a
+ * lookup, release_on against unknown_on, TLS settings that would be
+ * ignored, approve_ttl without approve, and listen addresses that clash.
+ * The keys it shares with [mcp.NAME] (header, timeout, lease, ...) and
+ * their checks are config_endpoint.c's.
  */
 #include "server/config/config_keys.h"
 
@@ -14,80 +16,6 @@
 
 #include "common/key_template.h"
 #include "common/pct.h"
-#include "once/once.h"
-
-#define UP(f) offsetof(upstream_cfg, f)
-/* An upstream call longer than a day is not a call; the reconciler's
- * claims (timeout + 5s) must stay within a lease's 7 days. */
-#define CONFIG_TIMEOUT_MAX_MS (24 * 3600 * 1000LL)
-
-/* ---- headers ------------------------------------------------------------------- */
-
-/* Headers that frame the request or concern only one hop: injecting them
- * would break the proxy rather than authenticate it. */
-static int config_header_forbidden(const char *name, size_t n)
-{
-    static const char *const names[] = {
-        "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "Keep-Alive", "TE", "Trailer"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strlen(names[i]) == n && strncasecmp(names[i], name, n) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* Checks "Name: value" and appends it, normalised to "Name: value", to the
- * current upstream's headers. where is "" for a header key or
- * "'FILE' line N: " for a header_file line. Values are never echoed: they
- * are usually secrets. */
-static int config_add_header_where(config_ctx *c, const char *where, const char *s, size_t n)
-{
-    upstream_cfg *u = &c->cfg->upstreams[c->cur];
-    char q[CONFIG_QUOTE_MAX];
-    const char *colon = memchr(s, ':', n);
-    if (colon == NULL)
-        return config_fail(c, "%s: %sexpected 'Name: value'", c->key, where);
-    size_t nl = (size_t)(colon - s), vl = n - nl - 1;
-    const char *v = colon + 1;
-    config_quote_n(s, nl, q, sizeof q);
-    if (!config_is_token(s, nl))
-        return config_fail(c, "%s: %s'%s' is not a valid header name", c->key, where, q);
-    if (config_header_forbidden(s, nl))
-        return config_fail(c, "%s: %sheader '%s' cannot be injected", c->key, where, q);
-    for (; vl > 0 && (*v == ' ' || *v == '\t'); v++)
-        vl--;
-    while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-        vl--;
-    if (config_has_ctl(v, vl, 1))
-        return config_fail(c, "%s: %sthe value of '%s' contains a control character", c->key, where, q);
-    char *h = NULL;
-    if (nl > INT32_MAX || vl > INT32_MAX || asprintf(&h, "%.*s: %.*s", (int)nl, s, (int)vl, v) < 0)
-        return config_fail_oom(c);
-    int rc = config_push_str(&u->headers, &u->nheaders, h, strlen(h));
-    free(h);
-    return rc != 0 ? config_fail_oom(c) : 0;
-}
-
-int config_header(config_ctx *c, const config_key *k, void *field, const char *v)
-{
-    (void)k;
-    (void)field;
-    return config_add_header_where(c, "", v, strlen(v));
-}
-
-static int config_header_line(config_ctx *c, const char *fname, int fline, const char *s, size_t n)
-{
-    char where[CONFIG_QUOTE_MAX * 2 + 32];
-    snprintf(where, sizeof where, "'%s' line %d: ", fname, fline);
-    return config_add_header_where(c, where, s, n);
-}
-
-int config_header_file(config_ctx *c, const config_key *k, void *field, const char *v)
-{
-    (void)k;
-    (void)field;
-    return config_read_file(c, v, config_header_line);
-}
 
 /* ---- statuses --------------------------------------------------------------------- */
 
@@ -377,42 +305,33 @@ static int config_approve(config_ctx *c, const config_key *k, void *field, const
     return config_split(c, v, strlen(v), ',', config_approve_rule, u);
 }
 
-/* [upstream.NAME]: a row a key (config_keys.h): name, type (its setter), field, min, max,
- * default, flags, words. */
+/* [upstream.NAME]'s own rows (config_keys.h); config_endpoint_table's follow. */
 static const config_key config_upstream_keys[] = {
-    {"url", config_url, UP(url), 0, 0, NULL, CK_BASE, NULL},
-    {"header", config_header, UP(headers), 0, 0, NULL, CK_REPEAT | CK_SECRET, NULL},
-    {"header_file", config_header_file, UP(headers), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"timeout", config_duration, UP(timeout_ms), 1, CONFIG_TIMEOUT_MAX_MS, "60s", 0, NULL},
-    /* lease and retention: [server]'s unless set (config_upstream_finish). */
-    {"lease", config_duration, UP(lease_ms), 1, ONCE_LEASE_MAX_MS, NULL, 0, NULL},
-    {"retention", config_duration, UP(retention_ms), 1, ONCE_RETENTION_MAX_MS, NULL, 0, NULL},
-    {"key_required", config_bool, UP(key_required), 0, 0, "yes", 0, NULL},
-    {"key_safe_methods", config_bool, UP(key_safe_methods), 0, 0, "no", 0, NULL},
-    {"on_mismatch", config_word, UP(on_mismatch), 0, 0, "replay", 0, "replay|reject"},
-    {"release_on", config_statuses, UP(release_on), 0, 0, "429, 503", 0, NULL},
-    {"unknown_on", config_statuses, UP(unknown_on), 0, 0, "500, 502, 504", 0, NULL},
-    {"forward_key_as", config_header_name, UP(forward_key_as), 0, 0, NULL, 0, NULL},
-    {"listen", config_listen, UP(listen), 0, 0, NULL, 0, NULL},
-    /* At most ONCE_BODY_MAX, what the ledger stores of an answer: checked
-     * after the file (config_upstream_finish), with its own message. */
-    {"max_response", config_size, UP(max_response), 1, 0, "16MiB", 0, NULL},
-    {"key", config_key_template, UP(key), 0, 0, NULL, 0, NULL},
-    {"key_source", config_word, UP(key_from_template), 0, 0, "header", 0, "header|template"},
-    {"lookup", config_lookup, UP(lookup_method), 0, 0, NULL, 0, NULL},
-    {"lookup_found", config_lookup_found, UP(lookup_found), 0, 0, NULL, 0, NULL},
+    {.name = "url", .set = config_url, .field = UP(url), .flags = CK_BASE},
+    {.name = "key_required", .set = config_bool, .field = UP(key_required), .default_value = "yes"},
+    {.name = "key_safe_methods", .set = config_bool, .field = UP(key_safe_methods), .default_value = "no"},
+    {.name = "on_mismatch", .set = config_word, .field = UP(on_mismatch),
+     .default_value = "replay", .words = "replay|reject"},
+    {.name = "release_on", .set = config_statuses, .field = UP(release_on), .default_value = "429, 503"},
+    {.name = "unknown_on", .set = config_statuses, .field = UP(unknown_on), .default_value = "500, 502, 504"},
+    {.name = "forward_key_as", .set = config_header_name, .field = UP(forward_key_as)},
+    {.name = "listen", .set = config_listen, .field = UP(listen)},
+    {.name = "key", .set = config_key_template, .field = UP(key)},
+    {.name = "lookup", .set = config_lookup, .field = UP(lookup_method)},
+    {.name = "lookup_found", .set = config_lookup_found, .field = UP(lookup_found)},
     /* Only with a lookup: cleared without one (config_upstream_intent). */
-    {"lookup_absent", config_lookup_absent, UP(lookup_absent_status), 0, 0, "404", 0, NULL},
-    {"lookup_backoff", config_duration, UP(lookup_backoff_ms), 1, 0, "10s", 0, NULL},
-    {"lookup_attempts", config_uint, UP(lookup_attempts), 1, CONFIG_LOOKUP_ATTEMPTS_MAX, "5", 0, NULL},
-    {"actions_api", config_bool, UP(actions_api), 0, 0, "no", 0, NULL},
-    {"listen_tls_cert", config_pem, UP(listen_tls_cert), 0, 0, NULL, CK_PATH, NULL},
-    {"listen_tls_key", config_pem, UP(listen_tls_key), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"ca_file", config_pem, UP(ca_file), 0, 0, NULL, CK_PATH, NULL},
-    {"tls_cert", config_pem, UP(tls_cert), 0, 0, NULL, CK_PATH, NULL},
-    {"tls_key", config_pem, UP(tls_key), 0, 0, NULL, CK_PATH | CK_SECRET, NULL},
-    {"approve", config_approve, UP(approve), 0, 0, NULL, 0, NULL},
-    {"approve_ttl", config_duration, UP(approve_ttl_ms), 1, ONCE_APPROVAL_TTL_MAX_MS, "24h", 0, NULL},
+    {.name = "lookup_absent", .set = config_lookup_absent, .field = UP(lookup_absent_status), .default_value = "404"},
+    {.name = "lookup_backoff", .set = config_duration, .field = UP(lookup_backoff_ms),
+     .min = 1, .default_value = "10s"},
+    {.name = "lookup_attempts", .set = config_uint, .field = UP(lookup_attempts),
+     .min = 1, .max = CONFIG_LOOKUP_ATTEMPTS_MAX, .default_value = "5"},
+    {.name = "actions_api", .set = config_bool, .field = UP(actions_api), .default_value = "no"},
+    {.name = "listen_tls_cert", .set = config_pem, .field = UP(listen_tls_cert), .flags = CK_PATH},
+    {.name = "listen_tls_key", .set = config_pem, .field = UP(listen_tls_key), .flags = CK_PATH | CK_SECRET},
+    {.name = "ca_file", .set = config_pem, .field = UP(ca_file), .flags = CK_PATH},
+    {.name = "tls_cert", .set = config_pem, .field = UP(tls_cert), .flags = CK_PATH},
+    {.name = "tls_key", .set = config_pem, .field = UP(tls_key), .flags = CK_PATH | CK_SECRET},
+    {.name = "approve", .set = config_approve, .field = UP(approve)},
 };
 
 _Static_assert(UP(nrelease_on) == UP(release_on) + sizeof(int *) && UP(nunknown_on) == UP(unknown_on) + sizeof(int *),
@@ -495,24 +414,15 @@ static int config_upstream_listen(config_ctx *c, size_t i)
     return 0;
 }
 
+/* Each error names the line of the key it is about, or the section's when
+ * the problem is a key that is missing. */
 static int config_upstream_finish(config_ctx *c, size_t i)
 {
-    const once_config *cfg = c->cfg;
-    upstream_cfg *u = &cfg->upstreams[i];
+    upstream_cfg *u = &c->cfg->upstreams[i];
     if (u->url == NULL)
         return config_fail_at(c, u->line, "[upstream.%s] has no url", u->name);
-    /* A lease is how long a reservation lives without news from its owner,
-     * who renews it every lease/3 while the call runs: it does not grow
-     * with the timeout. */
-    if (config_line(c, CONFIG_UPSTREAM, i, "lease") == 0)
-        u->lease_ms = cfg->lease_ms;
-    if (config_line(c, CONFIG_UPSTREAM, i, "retention") == 0)
-        u->retention_ms = cfg->retention_ms;
-    if (config_upstream_intent(c, i) != 0)
+    if (config_upstream_intent(c, i) != 0 || config_endpoint_finish(c, i) != 0)
         return -1;
-    if (u->max_response > ONCE_BODY_MAX)
-        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "max_response"),
-                              "[upstream.%s]: max_response may be at most 64MiB", u->name);
     for (size_t a = 0; a < u->nrelease_on; a++) {
         for (size_t b = 0; b < u->nunknown_on; b++) {
             if (u->release_on[a] == u->unknown_on[b])
@@ -528,6 +438,14 @@ static int config_upstream_finish(config_ctx *c, size_t i)
     return config_upstream_listen(c, i);
 }
 
-const config_section config_upstream_section =
-    CONFIG_SECTION(CONFIG_UPSTREAM, "upstream.", "an upstream", config_upstream_keys, sizeof(upstream_cfg), UP(line),
-                   config_upstream_finish);
+const config_section config_upstream_section = {
+    .kind = CONFIG_UPSTREAM,
+    .prefix = "upstream.",
+    .noun = "an upstream",
+    .keys = config_upstream_keys,
+    .nkeys = CONFIG_NKEYS(config_upstream_keys),
+    .shared = &config_endpoint_table,
+    .size = sizeof(upstream_cfg),
+    .line_field = UP(line),
+    .finish = config_upstream_finish,
+};
