@@ -354,6 +354,44 @@ static void test_unknown_keys(void **state)
     tm_expect_error("[mcp.x]\ncommand = srv\ncommand = other\n", 3, "duplicate key 'command'");
 }
 
+/* The keys every endpoint has (config_endpoint.c) read, default and fail
+ * alike in [upstream.NAME] and [mcp.NAME], each message naming its own
+ * section; a duplicate of a shared key is still a duplicate. */
+static void test_endpoint_keys(void **state)
+{
+    static const char *const heads[] = {"[upstream.x]\nurl = http://a\n", "[mcp.x]\nurl = http://a/mcp\n"};
+    static const char *const names[] = {"upstream.x", "mcp.x"};
+    char text[512], what[128];
+    (void)state;
+    for (size_t s = 0; s < 2; s++) {
+        once_config cfg;
+        snprintf(text, sizeof text, "%sheader = X-Api: k\n[server]\nlease = 9s\nretention = 2h\n", heads[s]);
+        tm_expect_ok(text, &cfg);
+        const upstream_cfg *u = &cfg.upstreams[0];
+        assert_int_equal(u->mcp, (int)s);
+        assert_int_equal(u->nheaders, 1);
+        assert_string_equal(u->headers[0], "X-Api: k");
+        assert_int_equal(u->timeout_ms, 60000);
+        assert_int_equal(u->lease_ms, 9000);
+        assert_int_equal(u->retention_ms, 2 * 3600000LL);
+        assert_int_equal(u->max_response, 16u << 20);
+        assert_int_equal(u->key_from_template, 0);
+        assert_int_equal(u->approve_ttl_ms, 24 * 3600000LL);
+        config_free(&cfg);
+        snprintf(text, sizeof text, "%stimeout = 25h\n", heads[s]);
+        tm_expect_error(text, 3, "timeout: at most 1d");
+        snprintf(text, sizeof text, "%slease = 8d\n", heads[s]);
+        tm_expect_error(text, 3, "lease: at most 7d");
+        snprintf(text, sizeof text, "%smax_response = 65MiB\n", heads[s]);
+        snprintf(what, sizeof what, "[%s]: max_response may be at most 64MiB", names[s]);
+        tm_expect_error(text, 3, what);
+        snprintf(text, sizeof text, "%sheader = Connection: close\n", heads[s]);
+        tm_expect_error(text, 3, "header: header 'Connection' cannot be injected");
+        snprintf(text, sizeof text, "%sapprove_ttl = 1h\napprove_ttl = 2h\n", heads[s]);
+        tm_expect_error(text, 4, "duplicate key 'approve_ttl'");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_tool_listed_twice),
         cmocka_unit_test(test_one_namespace),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_endpoint_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
