@@ -2,7 +2,7 @@
  * fuzz_config.c — libFuzzer target for the gateway's configuration loader:
  * the input is loaded as a whole config file (through fmemopen, so the
  * line reader, inih and every setter see it exactly as a file: [server],
- * [upstream.NAME] and [source.NAME] alike), and is also
+ * [upstream.NAME], [mcp.NAME] and [source.NAME] alike), and is also
  * given raw to the duration, size and listen parsers.
  *
  * The loader is part of the server's object library, which the target
@@ -41,12 +41,27 @@ static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
         __builtin_trap();
     for (size_t i = 0; i < cfg->nupstreams; i++) {
         const upstream_cfg *u = &cfg->upstreams[i];
-        size_t len = strlen(u->url);
+        size_t len = u->url != NULL ? strlen(u->url) : 0;
+        /* An upstream's url is a base, without a trailing '/'; an MCP
+         * server has exactly one of a url (kept as written) and a command. */
+        if (u->mcp ? ((u->url == NULL) == (u->command == NULL) || (u->url != NULL && len == 0))
+                   : (len == 0 || u->url[len - 1] == '/'))
+            __builtin_trap();
         /* The lease is the server's (renewed while a call runs), not grown
          * with the timeout. */
-        if (len == 0 || u->url[len - 1] == '/' || u->lease_ms <= 0 || u->lease_ms > ONCE_LEASE_MAX_MS ||
-            u->retention_ms <= 0 || config_upstream(cfg, u->name) != u)
+        if (u->lease_ms <= 0 || u->lease_ms > ONCE_LEASE_MAX_MS || u->retention_ms <= 0 ||
+            u->max_response == 0 || u->max_response > ONCE_BODY_MAX || config_upstream(cfg, u->name) != u)
             __builtin_trap();
+        for (size_t j = 0; j < u->nheaders; j++) {
+            if (strchr(u->headers[j], '\n') != NULL || strchr(u->headers[j], '\r') != NULL)
+                __builtin_trap();
+        }
+        /* An MCP server's key_source = template pins its key.TOOL templates;
+         * the rest is the proxy's. */
+        if (u->mcp && u->key_from_template && u->ntool_keys == 0)
+            __builtin_trap();
+        if (u->mcp)
+            continue;
         /* What the proxy and the reconciler rely on without checking again. */
         if ((u->key_from_template && u->key == NULL) || u->lookup_backoff_ms <= 0 ||
             u->lookup_attempts < 1 || u->lookup_attempts > CONFIG_LOOKUP_ATTEMPTS_MAX ||
@@ -65,10 +80,6 @@ static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
         }
         for (size_t j = 0; j < u->nlookup_absent_empty; j++) {
             if (u->lookup_absent_empty[j][0] != '\0' && u->lookup_absent_empty[j][0] != '/')
-                __builtin_trap();
-        }
-        for (size_t j = 0; j < u->nheaders; j++) {
-            if (strchr(u->headers[j], '\n') != NULL || strchr(u->headers[j], '\r') != NULL)
                 __builtin_trap();
         }
     }
