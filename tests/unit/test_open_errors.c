@@ -2,10 +2,20 @@
  * test_open_errors.c — once_store_open on bad URLs and bad files: the
  * documented codes, and files that are not ours are left byte-for-byte
  * untouched.
+ *
+ * test_unreadable needs a user that cannot read a file, and CI runs the
+ * tests as root, who reads anything: run as root, it re-executes this binary
+ * as nobody (UNREADABLE_CHILD) for the part that must be refused.
  */
 #include "helpers.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <sys/wait.h>
+
 #include <sqlite3.h>
+
+#define UNREADABLE_CHILD "--unreadable-child"
 
 typedef struct dir_env {
     char dir[128];
@@ -286,13 +296,87 @@ static void test_foreign_sqlite(void **state)
     sqlite3_close(db);
 }
 
+/* The unprivileged half of test_unreadable, in a process of its own (as
+ * nobody when the test runs as root): a store of its own in dir opens (so
+ * nothing but the file's mode is in the way), dir/locked.db does not. Its
+ * exit status: 0 as expected, else what went wrong (said on stderr). */
+static int unreadable_child(const char *dir)
+{
+    if (geteuid() == 0 || getuid() == 0) {
+        fprintf(stderr, "unreadable child: still root\n");
+        return 4;
+    }
+    char url[300];
+    once_store *st = NULL;
+    snprintf(url, sizeof url, "sqlite:%s/mine.db", dir);
+    int rc = once_store_open(url, &st);
+    if (rc != 0) {
+        fprintf(stderr, "unreadable child: %s: rc %d (%s): %s\n", url, rc, once_strerror(rc), once_errdetail());
+        return 2;
+    }
+    once_store_close(st);
+    snprintf(url, sizeof url, "sqlite:%s/locked.db", dir);
+    rc = once_store_open(url, &st);
+    if (rc >= 0) {
+        once_store_close(st);
+        fprintf(stderr, "unreadable child: %s (mode 000) opened: rc %d\n", url, rc);
+        return 3;
+    }
+    if (strlen(once_errdetail()) == 0) {
+        fprintf(stderr, "unreadable child: rc %d (%s) without a detail\n", rc, once_strerror(rc));
+        return 5;
+    }
+    fprintf(stderr, "unreadable child (uid %d): refused as it should be: rc %d (%s): %s\n", (int)getuid(), rc,
+            once_strerror(rc), once_errdetail());
+    return 0;
+}
+
+/* Runs unreadable_child(dir) as nobody: fork, drop to nobody (groups,
+ * group, then user), and execute this very binary (opened before the drop,
+ * so the path to it need not be nobody's to walk). Fails the test unless
+ * the child exits 0. */
+static void run_as_nobody(const char *dir)
+{
+    struct passwd *pw = getpwnam("nobody");
+    if (!pw)
+        fail_msg("running as root, and there is no user nobody to drop to");
+    uid_t uid = pw->pw_uid;
+    struct group *gr = getgrnam("nogroup");
+    gid_t gid = gr ? gr->gr_gid : pw->pw_gid;
+    int exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    assert_true(exe >= 0);
+    char dirarg[128];
+    snprintf(dirarg, sizeof dirarg, "%s", dir);
+    char name[] = "test_open_errors", flag[] = UNREADABLE_CHILD;
+    char *argv[] = {name, flag, dirarg, NULL};
+    extern char **environ;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* Async-signal-safe calls only until the exec. */
+        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(6);
+        fexecve(exe, argv, environ);
+        _exit(7);
+    }
+    close(exe);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        assert_int_equal(errno, EINTR);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the unprivileged child (uid %d) %s %d (2: its own store did not open, 3: the unreadable one did, "
+                 "6: cannot drop to nobody, 7: cannot execute)",
+                 (int)uid, WIFEXITED(status) ? "exited" : "died of signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+/* A store file its user cannot read is refused (not replaced, not opened
+ * empty), and is left as it was. As root, the refusal is tested as nobody. */
 static void test_unreadable(void **state)
 {
     dir_env *d = *state;
-    if (geteuid() == 0) {
-        skip(); /* root reads anything */
-        return;
-    }
     char path[256], url[300];
     snprintf(path, sizeof path, "%s/locked.db", d->dir);
     snprintf(url, sizeof url, "sqlite:%s", path);
@@ -300,16 +384,31 @@ static void test_unreadable(void **state)
     th_assert_rc(once_store_open(url, &st), 0);
     th_reserve_new(st, "s", "k", NULL, 1);
     once_store_close(st);
+    uint8_t *before = NULL;
+    size_t n = th_read_file(path, &before);
+    assert_true(n > 0);
     assert_int_equal(chmod(path, 0), 0);
-    int rc = open_rc(url);
-    assert_true(rc < 0);
-    chmod(path, 0600);
+    if (geteuid() == 0) {
+        /* nobody walks and writes the directory (its own store there must
+         * open): only the file's mode stands in its way. */
+        assert_int_equal(chmod(d->dir, 0777), 0);
+        run_as_nobody(d->dir);
+        print_message("test_unreadable: refused to nobody (run as root, re-executed)\n");
+    } else {
+        int rc = open_rc(url);
+        assert_true(rc < 0);
+    }
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_file_is(path, before, n);
+    free(before);
 }
 
 #define D(f) cmocka_unit_test_setup_teardown(f, setup_dir, teardown_dir)
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], UNREADABLE_CHILD) == 0)
+        return unreadable_child(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_urls),
         cmocka_unit_test(test_pg_empty_schema),
