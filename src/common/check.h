@@ -15,4 +15,10 @@ void check_failed(const char *cond, const char *file, int line) __attribute__((n
 #define ONCE_ASSERT(cond) ((void)0)
 #endif
 
+/* The calling thread is t: the pthread_t that pthread_create stored for the
+ * thread that owns what is touched (glibc stores it before the new thread
+ * runs, so that thread may test itself from its first line). For a file that
+ * includes <pthread.h>; like ONCE_ASSERT, nothing of it is left under NDEBUG. */
+#define ONCE_ASSERT_THREAD(t) ONCE_ASSERT(pthread_equal(pthread_self(), (t)))
+
 #endif

@@ -10,6 +10,7 @@
  * a second was a quarter of the gateway's CPU.
  */
 #include "json/action_json.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/sse.h"
 #include "server/core/outbound.h"
@@ -38,6 +39,11 @@
  * before; a reset handle keeps them. Enough for the calls of a burst. */
 #define OB_IDLE_MAX 128
 
+/* Who owns a call: the submitter until outbound_submit queues it; from then
+ * the outbound thread (ob->thread), until its done callback has run, once;
+ * then the submitter again. in_flight counts the calls between the two
+ * (queued or running), so it is never below the queue's length, and it is 0
+ * once the thread has ended (nothing is queued after stop). */
 struct outbound {
     CURLM *multi;
     pthread_t thread;
@@ -324,6 +330,11 @@ static void transfer_free(outbound *ob, transfer *t)
 static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
 {
     out_call *c = t->call;
+    ONCE_ASSERT_THREAD(ob->thread);
+    /* Running: t is on the active list, and its call has not ended (kind
+     * is set only here and in transfer_start's failure, right before done). */
+    ONCE_ASSERT(t->prev ? t->prev->next == t : ob->active == t);
+    ONCE_ASSERT(c->kind == 0);
     c->seconds = clock_mono_seconds() - t->t0;
     if (t->too_large) {
         c->kind = OUT_TOO_LARGE;
@@ -355,13 +366,17 @@ static void transfer_finish(outbound *ob, transfer *t, CURLcode rc, int aborted)
         t->next->prev = t->prev;
     transfer_free(ob, t);
     pthread_mutex_lock(&ob->mu);
+    ONCE_ASSERT(ob->in_flight > ob->nqueue); /* c is counted, and is not queued */
     ob->in_flight--;
     pthread_mutex_unlock(&ob->mu);
+    ONCE_ASSERT(c->kind != 0);
     c->done(c);
 }
 
 static void transfer_start(outbound *ob, out_call *c)
 {
+    ONCE_ASSERT_THREAD(ob->thread);
+    ONCE_ASSERT(c->done != NULL && c->kind == 0);
     transfer *t = calloc(1, sizeof *t);
     if (t) {
         t->call = c;
@@ -376,6 +391,7 @@ static void transfer_start(outbound *ob, out_call *c)
         if (t)
             transfer_free(ob, t);
         pthread_mutex_lock(&ob->mu);
+        ONCE_ASSERT(ob->in_flight > ob->nqueue);
         ob->in_flight--;
         pthread_mutex_unlock(&ob->mu);
         c->done(c);
@@ -409,6 +425,7 @@ void outbound_resume(outbound *ob, out_call *call)
  * may deliver the held bytes at once, and pause again. */
 static void transfers_resume(outbound *ob)
 {
+    ONCE_ASSERT_THREAD(ob->thread);
     pthread_mutex_lock(&ob->mu);
     size_t asked = ob->resumes;
     ob->resumes = 0;
@@ -431,6 +448,9 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
 {
     outbound *ob = userp;
     (void)e;
+    /* curl calls back from inside the multi calls: on the outbound thread,
+     * or in outbound_free's cleanup once that thread has ended. */
+    ONCE_ASSERT(pthread_equal(pthread_self(), ob->thread) || ob->stop);
     if (what == CURL_POLL_REMOVE) {
         if (socketp) {
             epoll_ctl(ob->epfd, EPOLL_CTL_DEL, s, NULL); /* ENOENT: curl closed it already */
@@ -459,6 +479,7 @@ static int on_timer(CURLM *m, long timeout_ms, void *userp)
 {
     outbound *ob = userp;
     (void)m;
+    ONCE_ASSERT(pthread_equal(pthread_self(), ob->thread) || ob->stop); /* as on_socket */
     ob->timer_ms = timeout_ms;
     ob->timer_at = timeout_ms >= 0 ? clock_mono_seconds() + (double)timeout_ms / 1000.0 : 0;
     return 0;
@@ -469,6 +490,7 @@ static void transfers_reap(outbound *ob)
 {
     CURLMsg *msg;
     int left;
+    ONCE_ASSERT_THREAD(ob->thread);
     while ((msg = curl_multi_info_read(ob->multi, &left))) {
         if (msg->msg != CURLMSG_DONE)
             continue;
@@ -501,6 +523,7 @@ static void *outbound_main(void *arg)
     struct epoll_event evs[64];
     for (;;) {
         pthread_mutex_lock(&ob->mu);
+        ONCE_ASSERT(ob->nqueue <= ob->capqueue && ob->in_flight >= ob->nqueue);
         size_t n = ob->nqueue < 256 ? ob->nqueue : 256;
         if (n) {
             memcpy(batch, ob->queue, n * sizeof *batch);
@@ -518,6 +541,13 @@ static void *outbound_main(void *arg)
             /* End what is left: each call learns whether it was sent. */
             while (ob->active)
                 transfer_finish(ob, ob->active, CURLE_ABORTED_BY_CALLBACK, 1);
+#ifndef NDEBUG
+            /* Every call submitted has ended: submits are refused since
+             * stop was set, and the queue was empty then. */
+            pthread_mutex_lock(&ob->mu);
+            ONCE_ASSERT(ob->nqueue == 0 && ob->in_flight == 0);
+            pthread_mutex_unlock(&ob->mu);
+#endif
             break;
         }
         int ready = epoll_wait(ob->epfd, evs, (int)(sizeof evs / sizeof evs[0]), left ? 0 : wait_ms);
@@ -591,6 +621,8 @@ void outbound_free(outbound *ob)
 {
     if (!ob)
         return;
+    /* Stopped: no thread, nothing queued or running, no done left to run. */
+    ONCE_ASSERT(ob->stop && ob->nqueue == 0 && ob->in_flight == 0 && !ob->active);
     while (ob->nidle)
         curl_easy_cleanup(ob->idle[--ob->nidle]);
     curl_multi_cleanup(ob->multi);
@@ -601,6 +633,17 @@ void outbound_free(outbound *ob)
     free(ob);
 }
 
+#ifndef NDEBUG
+/* Is call queued (under ob->mu)? For the assertions. */
+static int queue_holds(const outbound *ob, const out_call *call)
+{
+    for (size_t i = 0; i < ob->nqueue; i++)
+        if (ob->queue[i] == call)
+            return 1;
+    return 0;
+}
+#endif
+
 int outbound_submit(outbound *ob, out_call *call)
 {
     memset(&call->resp_headers, 0, sizeof call->resp_headers);
@@ -610,11 +653,14 @@ int outbound_submit(outbound *ob, out_call *call)
     call->error[0] = '\0';
     call->streamed = call->not_recorded = call->resume = 0;
     call->stream_bytes = 0;
+    ONCE_ASSERT(call->done != NULL);
     pthread_mutex_lock(&ob->mu);
     if (ob->stop) {
         pthread_mutex_unlock(&ob->mu);
         return ONCE_ECLOSED;
     }
+    /* A call is the thread's until its done: never queued twice. */
+    ONCE_ASSERT(!queue_holds(ob, call));
     if (ob->nqueue == ob->capqueue) {
         size_t cap = ob->capqueue ? ob->capqueue * 2 : 64;
         out_call **q = realloc(ob->queue, cap * sizeof *q);
