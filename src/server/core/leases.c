@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/looper.h"
 #include "server/core/log.h"
@@ -33,6 +34,11 @@ struct lease_hold {
     int lost;             /* another attempt (or the expiry) took the row */
 };
 
+/* The list (head) holds the holds not yet dropped, under mu: any thread adds
+ * and drops; the renewer thread walks it, and marks the ones it queues
+ * renewing. A hold leaves the list once (leases_drop) and is freed once: by
+ * the drop, or, when a renewal was in flight then, by that renewal's
+ * callback. */
 struct leases {
     once_store *store;
     pthread_mutex_t mu;
@@ -46,6 +52,9 @@ struct leases {
 
 static void hold_unlink(leases *l, lease_hold *h)
 {
+    ONCE_ASSERT(h->owner == l && !h->dropped);
+    ONCE_ASSERT(h->prev ? h->prev->next == h : l->head == h); /* on the list */
+    ONCE_ASSERT(l->held > 0);
     if (h->prev)
         h->prev->next = h->next;
     else
@@ -61,6 +70,8 @@ static void on_renewed(void *ctx, int rc, const char *detail)
     lease_hold *h = ctx;
     leases *l = h->owner;
     pthread_mutex_lock(&l->mu);
+    /* Each renewal queued comes back once. */
+    ONCE_ASSERT(h->renewing && l->inflight > 0);
     h->renewing = 0;
     l->inflight--;
     pthread_cond_broadcast(&l->cv);
@@ -90,6 +101,8 @@ static int64_t leases_round(void *arg, looper_phase phase, looper_item *posted)
 {
     leases *l = arg;
     (void)posted;
+    ONCE_ASSERT_THREAD(l->renewer.thread);
+    ONCE_ASSERT(!posted); /* nothing is posted to the renewer */
     if (phase == LOOPER_STOPPING)
         return LOOPER_DONE;
     pthread_mutex_lock(&l->mu);
@@ -97,6 +110,7 @@ static int64_t leases_round(void *arg, looper_phase phase, looper_item *posted)
     lease_hold *due[256];
     size_t n = 0;
     for (lease_hold *h = l->head; h && n < sizeof due / sizeof due[0]; h = h->next) {
+        ONCE_ASSERT(h->owner == l && !h->dropped); /* a dropped hold is off the list */
         if (h->renewing || h->lost || h->next_at > now)
             continue;
         h->renewing = 1;
@@ -105,6 +119,8 @@ static int64_t leases_round(void *arg, looper_phase phase, looper_item *posted)
         due[n++] = h;
     }
     pthread_mutex_unlock(&l->mu);
+    /* Until its renewal is queued, a due hold is the renewer's: renewing
+     * keeps a drop meanwhile from freeing it. */
     for (size_t i = 0; i < n; i++) {
         lease_hold *h = due[i];
         int rc = once_renew_async(l->store, h->scope, h->key, h->token, h->lease_ms, &h->expires_at, on_renewed, h);
@@ -143,6 +159,7 @@ void leases_free(leases *l)
     while (l->inflight > 0)
         pthread_cond_wait(&l->cv, &l->mu);
     pthread_mutex_unlock(&l->mu);
+    /* No renewal is left to free a hold: those still listed are freed here. */
     while (l->head) {
         lease_hold *h = l->head;
         hold_unlink(l, h);
@@ -179,7 +196,7 @@ void leases_drop(leases *l, lease_hold *h)
     if (!h)
         return;
     pthread_mutex_lock(&l->mu);
-    hold_unlink(l, h);
+    hold_unlink(l, h); /* asserts h was not dropped before */
     int renewing = h->renewing;
     h->dropped = 1;
     pthread_mutex_unlock(&l->mu);
