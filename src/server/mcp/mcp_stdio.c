@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "once/once.h"
 #include "server/core/log.h"
@@ -59,6 +60,12 @@ typedef struct pending {
     void *ctx;
 } pending;
 
+/* The bridge thread (thread) owns the process: only it spawns, reaps and
+ * reads it (pid, out_fd, err_fd, the lines, the back-off). The pending table
+ * is shared under mu: callers add to it; an entry leaves it once, under mu,
+ * and whoever takes it ends it — the bridge by running its done (answer,
+ * timeout, the server's end, the stop), or the caller when not a byte was
+ * written (then done never runs). So each done runs at most once. */
 struct mcp_stdio {
     const upstream_cfg *up;
     mcp_tools *tools;
@@ -95,6 +102,18 @@ static void close_fd(int *fd)
         close(*fd);
     *fd = -1;
 }
+
+#ifndef NDEBUG
+/* Is a call under once's id listed (under mu)? For the assertions: ids are
+ * unique, so an answer finds one call at most. */
+static int pending_listed(const mcp_stdio *s, json_int_t id)
+{
+    for (const pending *p = s->pending; p; p = p->next)
+        if (p->id == id)
+            return 1;
+    return 0;
+}
+#endif
 
 
 /* Asks the bridge to restart the server (lock order: wmu, then mu); no
@@ -203,6 +222,7 @@ static int spawn(mcp_stdio *s)
         argv[i] = up->command[i];
     sigset_t none;
     sigemptyset(&none);
+    ONCE_ASSERT_THREAD(s->thread); /* the parent-death signal is the bridge's */
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -271,6 +291,7 @@ static ready_waiter *take_waiters(mcp_stdio *s, int all, int64_t now, int64_t *n
 static void end_waits(ready_waiter *w, mcp_stdio_readiness how)
 {
     while (w) {
+        ONCE_ASSERT(w->fn != NULL);
         ready_waiter *next = w->next;
         w->fn(w->ctx, how);
         free(w);
@@ -281,6 +302,7 @@ static void end_waits(ready_waiter *w, mcp_stdio_readiness how)
 /* Says initialize, as a client; the answer makes the server ready. */
 static void say_initialize(mcp_stdio *s)
 {
+    ONCE_ASSERT_THREAD(s->thread);
     pthread_mutex_lock(&s->mu);
     json_int_t id = ++s->next_id;
     s->init_id = id;
@@ -297,6 +319,7 @@ static void say_initialize(mcp_stdio *s)
 /* Ends every call in flight: sent, no answer. Called without mu. */
 static void fail_pending(mcp_stdio *s, const char *why)
 {
+    ONCE_ASSERT_THREAD(s->thread);
     pthread_mutex_lock(&s->mu);
     pending *p = s->pending;
     s->pending = NULL;
@@ -315,6 +338,7 @@ static void fail_pending(mcp_stdio *s, const char *why)
  * restart planned. */
 static void child_ended(mcp_stdio *s, const char *cause)
 {
+    ONCE_ASSERT_THREAD(s->thread);
     pthread_mutex_lock(&s->mu);
     pid_t pid = s->pid;
     int stopping = s->stopping;
@@ -367,6 +391,7 @@ static pending *take_pending(mcp_stdio *s, json_int_t id)
     pending *p = *pp;
     if (p)
         *pp = p->next;
+    ONCE_ASSERT(!pending_listed(s, id)); /* taken once: no other entry answers to id */
     pthread_mutex_unlock(&s->mu);
     return p;
 }
@@ -375,6 +400,7 @@ static pending *take_pending(mcp_stdio *s, json_int_t id)
  * initialized (MCP: no request before that), and what waited for it goes. */
 static void on_initialized(mcp_stdio *s, json_t *msg)
 {
+    ONCE_ASSERT_THREAD(s->thread);
     json_t *result = json_object_get(msg, "result");
     if (!json_is_object(result)) {
         log_event("error", "mcp %s: the server refused initialize", s->up->name);
@@ -461,6 +487,7 @@ static void on_server_request(mcp_stdio *s, json_t *msg)
 
 static void on_line(mcp_stdio *s, const char *line, size_t len)
 {
+    ONCE_ASSERT_THREAD(s->thread); /* the server's stdout is the bridge's to read */
     json_t *msg = json_loadb(line, len, 0, NULL);
     const char *method = json_string_value(json_object_get(msg, "method"));
     if (!json_is_object(msg)) {
@@ -517,11 +544,13 @@ static int64_t expire(mcp_stdio *s, int64_t now)
 {
     pending *late = NULL;
     int64_t next = INT64_MAX;
+    ONCE_ASSERT_THREAD(s->thread);
     pthread_mutex_lock(&s->mu);
     for (pending **pp = &s->pending; *pp;) {
         pending *p = *pp;
         if (p->deadline <= now && !p->writing) {
             *pp = p->next;
+            ONCE_ASSERT(!pending_listed(s, p->id)); /* ended here only */
             p->next = late;
             late = p;
             continue;
@@ -594,6 +623,12 @@ static void *bridge_main(void *arg)
     if (s->out_fd >= 0 || s->pid > 0)
         child_ended(s, "was stopped");
     fail_pending(s, "the gateway is stopping");
+#ifndef NDEBUG
+    /* Stopping: mcp_stdio_call adds no more, so no done is left to run. */
+    pthread_mutex_lock(&s->mu);
+    ONCE_ASSERT(s->stopping && !s->pending && s->pid == 0);
+    pthread_mutex_unlock(&s->mu);
+#endif
     /* No wait starts once stopping is set (mcp_stdio_when_ready). */
     pthread_mutex_lock(&s->mu);
     ready_waiter *w = take_waiters(s, 1, 0, NULL);
@@ -678,6 +713,7 @@ int mcp_stdio_call(mcp_stdio *s, const json_t *msg, int64_t timeout_ms, mcp_stdi
         return stopping ? -1 : MCP_STDIO_NOT_READY;
     }
     json_int_t id = p->id = ++s->next_id;
+    ONCE_ASSERT(!pending_listed(s, id)); /* ids are never reused */
     p->orig_id = json_incref(json_object_get(msg, "id"));
     p->deadline = clock_mono_ms() + timeout_ms;
     p->done = done;
