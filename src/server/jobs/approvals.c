@@ -14,6 +14,7 @@
  * and is recorded with the claim's token (core/verdict.h). The agent's next
  * retry gets the recorded answer replayed. No send blocks this thread.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,12 @@ typedef struct approved_send {
     struct approvals *ap;
     once_reservation res; /* the claim: its token and the stored request */
     send_job job;
+    int posts; /* times the sender said done: once (asserted where it is recorded) */
 } approved_send;
 
-/* running belongs to the loop thread. */
+/* running belongs to the loop thread: it counts the sends between
+ * send_start and their record, so it is never below zero, and the stopping
+ * rounds end only at zero (every send cut by the stop is recorded). */
 struct approvals {
     server *srv;
     looper loop;
@@ -72,6 +76,10 @@ static void send_record(approvals *ap, approved_send *s)
 static void on_send_done(send_job *job)
 {
     approved_send *s = job->ctx;
+    /* A second done would post the item again while it is on the loop's
+     * list (or freed): the send would be recorded twice. */
+    ONCE_ASSERT(s->posts == 0);
+    s->posts++;
     looper_post(&s->ap->loop, &s->item, 1);
 }
 
@@ -79,6 +87,7 @@ static void on_send_done(send_job *job)
 static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *res)
 {
     server *srv = ap->srv;
+    ONCE_ASSERT_THREAD(ap->loop.thread); /* running is the loop thread's */
     const sender *snd = srv->senders[scope_kind_of(up)];
     ONCE_ASSERT(snd != NULL); /* server.c registers one per kind */
     approved_send *s = calloc(1, sizeof *s);
@@ -122,9 +131,13 @@ static void claim_approved(approvals *ap)
 static int64_t approvals_round(void *arg, looper_phase phase, looper_item *posted)
 {
     approvals *ap = arg;
+    ONCE_ASSERT_THREAD(ap->loop.thread);
     for (looper_item *i = posted, *next; i; i = next) {
         next = i->next;
         approved_send *s = (approved_send *)i;
+        /* Posted once, by its own done, and started here: recorded once. */
+        ONCE_ASSERT(s->ap == ap && s->posts == 1);
+        ONCE_ASSERT(ap->running > 0);
         send_record(ap, s);
         ap->running--;
         send_free(s);
