@@ -399,6 +399,11 @@ static void test_refused_not_sent(void **state)
 
 int main(void)
 {
+    /* Loopback only: a proxy from the environment would take the calls. */
+    static const char *const proxies[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                                          "ALL_PROXY"};
+    for (size_t i = 0; i < sizeof proxies / sizeof proxies[0]; i++)
+        unsetenv(proxies[i]);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
