@@ -134,6 +134,15 @@ static size_t path_as_routed(const char *path, size_t n, char *out)
     return o;
 }
 
+void upstream_call_init(out_call *c, const upstream_cfg *up)
+{
+    c->timeout_ms = up->timeout_ms;
+    c->max_response = up->max_response;
+    c->ca_file = up->ca_file;
+    c->tls_cert = up->tls_cert;
+    c->tls_key = up->tls_key;
+}
+
 int upstream_has_path_rules(const upstream_cfg *up)
 {
     return up->napprove > 0;

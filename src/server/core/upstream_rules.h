@@ -49,6 +49,11 @@ once_state upstream_outcome_state(upstream_outcome o);
  * part of the match. */
 int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target);
 
+/* Sets the upstream's limits and TLS settings on a call to it (timeout,
+ * max_response, ca_file, the client certificate): one place, so that no
+ * call to an upstream forgets one. The caller sets the rest. */
+void upstream_call_init(out_call *c, const upstream_cfg *up);
+
 /* Whether the upstream has rules about paths (approve), so that a target
  * providers could read in more than one way is refused (target_ambiguous). */
 int upstream_has_path_rules(const upstream_cfg *up);

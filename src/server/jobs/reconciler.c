@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/json_pointer.h"
 #include "common/looper.h"
+#include "server/core/upstream_rules.h"
 #include "server/core/log.h"
 #include "common/pct.h"
 #include "server/jobs/reconciler.h"
@@ -262,11 +263,7 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
     c->url = l->url;
     c->headers = (const char *const *)up->headers; /* credentials only, nothing of the client's */
     c->nheaders = up->nheaders;
-    c->timeout_ms = up->timeout_ms;
-    c->max_response = up->max_response;
-    c->ca_file = up->ca_file;
-    c->tls_cert = up->tls_cert;
-    c->tls_key = up->tls_key;
+    upstream_call_init(c, up);
     c->done = on_lookup_done;
     c->ctx = l;
     if (outbound_submit(r->srv->ob, c) < 0) {

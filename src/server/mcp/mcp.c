@@ -15,6 +15,7 @@
  * server's timeout) on the bridge's list, its connection parked; /readyz
  * asks mcp_ready whether every stdio server has started.
  */
+#include "server/core/upstream_rules.h"
 #include "server/mcp/mcp.h"
 
 #include <stdarg.h>
@@ -287,9 +288,9 @@ static void pass_url(req *r, mcp_rt *rt, json_t *msg)
     c->nheaders = p->headers.count;
     c->body = p->body.data;
     c->body_len = p->body.len;
-    /* The standing GET stream lasts as long as the agent keeps it. */
-    c->timeout_ms = strcmp(r->method, "GET") == 0 ? 0 : up->timeout_ms;
-    c->max_response = up->max_response;
+    upstream_call_init(c, up);
+    if (strcmp(r->method, "GET") == 0)
+        c->timeout_ms = 0; /* the standing GET stream lasts as long as the agent keeps it */
     c->stream = p->learn ? NULL : &pass_hooks;
     c->done = on_pass_done;
     c->ctx = p;

@@ -21,35 +21,26 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "common/sse.h"
+#include "server/core/upstream_rules.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
 #include "server/mcp/mcp.h"
 #include "server/mcp/mcp_stdio.h"
+#include "server/pipeline/rcall.h"
 #include "server/front/relay.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
 #include "server/core/worker.h"
-#include "server/core/waiters.h"
 #include "server/front/stream.h"
 
 #define MCP_WHY_MAX 300
 
 typedef struct mcall {
-    req *r;              /* not to be read once a stream answered it */
-    server *srv;
+    rcall c;             /* first: the pipeline's part (pipeline/rcall.h) */
     mcp_rt *rt;
-    const upstream_cfg *up;
-    int holders;         /* the request, and the stream until it ends */
     json_t *msg;         /* the agent's tools/call */
     json_t *id;          /* its id (msg's) */
     const char *tool;    /* msg's */
-    char key[ONCE_KEY_MAX + 1]; /* TOOL:KEY */
-    char fp[65];
-    char *meta;
-    once_reserve_req rreq;
-    once_reservation res;
-    lease_hold *hold;
-    int64_t wait_deadline;
     /* the call to a url server */
     out_headers headers;
     buf body;
@@ -64,30 +55,24 @@ typedef struct mcall {
     int64_t ready_deadline; /* of the wait for a (re)starting stdio server; 0 before one */
     mcp_verdict verdict;
     char why[MCP_WHY_MAX];
-    once_response rec;
-    char *rec_body;
+    char *rec_body;      /* the result as recorded */
     /* notifications relayed to the agent while the call runs */
     stream *stream;
 } mcall;
 
-static void mcall_free(void *arg)
+/* The MCP call's own members, when the last holder let go (rcall_drop). */
+static void mcall_free(rcall *c)
 {
-    mcall *mc = arg;
-    if (!mc || __atomic_sub_fetch(&mc->holders, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    mcall *mc = (mcall *)c;
     ONCE_ASSERT(!mc->stream);
-    leases_drop(mc->srv->leases, mc->hold);
     if (mc->parsing)
         sse_parser_free(&mc->sp);
     json_decref(mc->msg);
     json_decref(mc->final);
-    free(mc->meta);
     free(mc->rec_body);
-    once_reservation_free(&mc->res);
     out_headers_clear(&mc->headers);
     buf_free(&mc->body);
     out_call_clear(&mc->call);
-    free(mc);
 }
 
 /* ---- answering the agent ------------------------------------------------------ */
@@ -116,7 +101,7 @@ static void stream_room(void *ctx)
 {
     mcall *mc = ctx;
     if (!mc->rt->stdio)
-        outbound_resume(mc->srv->ob, &mc->call);
+        outbound_resume(mc->c.srv->ob, &mc->call);
 }
 
 /* Relays one message to the agent on its event stream, opened at the
@@ -127,13 +112,13 @@ static int relay_event(mcall *mc, const char *data, size_t len)
 {
     if (!mc->stream) {
         struct MHD_Response *resp;
-        if (!(mc->stream = stream_open(mc->srv, mc->r->conn, stream_room, mc, &resp)))
+        if (!(mc->stream = stream_open(mc->c.srv, mc->c.r->conn, stream_room, mc, &resp)))
             return -1;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        __atomic_add_fetch(&mc->holders, 1, __ATOMIC_ACQ_REL);
-        mc->r->outcome = "streaming";
-        req_reply(mc->r, 200, resp); /* r may be gone from here on */
+        rcall_hold(&mc->c);
+        mc->c.r->outcome = "streaming";
+        req_reply(mc->c.r, 200, resp); /* r may be gone from here on */
     }
     buf b = {0};
     int rc = sse_frame(&b, data, len);
@@ -149,7 +134,7 @@ static int relay_event(mcall *mc, const char *data, size_t len)
  * is open, else as the request's JSON answer. */
 static void answer(mcall *mc, char *text, const char *outcome)
 {
-    metrics_mcp_call(mc->srv->metrics, mc->up->name, mc->tool, outcome);
+    metrics_mcp_call(mc->c.srv->metrics, mc->c.up->name, mc->tool, outcome);
     if (mc->stream) {
         /* Not taken: the stream is cut, so the agent's client fails the
          * call (and its retry is replayed) rather than wait for ever. */
@@ -157,13 +142,13 @@ static void answer(mcall *mc, char *text, const char *outcome)
         free(text);
         stream_end(mc->stream, ok, NULL);
         mc->stream = NULL;
-        mcall_free(mc);
+        rcall_drop(&mc->c);
         return;
     }
-    mc->r->outcome = outcome;
+    mc->c.r->outcome = outcome;
     struct MHD_Response *resp = text ? resp_bytes(text, strlen(text), "application/json") : NULL;
     free(text);
-    req_reply(mc->r, 200, resp);
+    req_reply(mc->c.r, 200, resp);
 }
 
 static void answer_own(mcall *mc, const char *outcome, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -177,7 +162,7 @@ static void answer_own(mcall *mc, const char *outcome, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    answer(mc, mcp_own_answer(mc->id, outcome, mc->key, text), outcome);
+    answer(mc, mcp_own_answer(mc->id, outcome, mc->c.key, text), outcome);
 }
 
 /* A JSON-RPC error: the call was refused before anything happened. */
@@ -194,9 +179,9 @@ static void answer_error(mcall *mc, int code, const char *fmt, ...)
 
 static void answer_replay(mcall *mc)
 {
-    const once_action *a = &mc->res.action;
-    int mismatch = mc->res.fingerprint_mismatch;
-    metrics_action(mc->srv->metrics, mc->up->name, mismatch ? MO_MISMATCH : MO_REPLAYED);
+    const once_action *a = &mc->c.res.action;
+    int mismatch = mc->c.res.fingerprint_mismatch;
+    metrics_action(mc->c.srv->metrics, mc->c.up->name, mismatch ? MO_MISMATCH : MO_REPLAYED);
     if (a->has_response && a->response.body_not_stored > 0) {
         answer_own(mc, "replayed",
                    "This tool call already completed, but its result (%lld bytes) was too large to keep. It was "
@@ -213,72 +198,66 @@ static void answer_replay(mcall *mc)
                  "Do not call it again.", a->provider_id ? "id " : "note: ",
                  a->provider_id ? a->provider_id : a->note ? a->note : "none");
         json_t *res = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text", "text", text);
-        answer(mc, res ? mcp_result_answer(mc->id, res, "replayed", mc->key, mismatch) : NULL, "replayed");
+        answer(mc, res ? mcp_result_answer(mc->id, res, "replayed", mc->c.key, mismatch) : NULL, "replayed");
         json_decref(res);
         return;
     }
-    answer(mc, mcp_result_answer(mc->id, result, "replayed", mc->key, mismatch), "replayed");
+    answer(mc, mcp_result_answer(mc->id, result, "replayed", mc->c.key, mismatch), "replayed");
     json_decref(result);
 }
 
 static void answer_unknown(mcall *mc, once_reserve_status st)
 {
     const char *state = st == ONCE_HELD ? "held" : "unknown";
-    metrics_action(mc->srv->metrics, mc->up->name, st == ONCE_HELD ? MO_HELD : MO_UNKNOWN);
-    const char *reason = mc->res.action.error ? mc->res.action.error : "no reason recorded";
+    metrics_action(mc->c.srv->metrics, mc->c.up->name, st == ONCE_HELD ? MO_HELD : MO_UNKNOWN);
+    const char *reason = mc->c.res.action.error ? mc->c.res.action.error : "no reason recorded";
     answer_own(mc, state,
                "The outcome of this tool call is unknown: an earlier attempt may have performed it (%s). It will "
                "not be called again until a person resolves it. Do not retry it; tell the user it needs checking.",
                reason);
 }
 
-static void wait_settled(void *arg);
-static void wait_timeout(void *arg);
-
-/* Answers from an existing row (anything but a new reservation). */
-static void answer_existing(mcall *mc)
+/* Answers from an existing row (anything but a new reservation; the
+ * pipeline has waited where the server's wait asked it to). */
+static void mcall_existing(rcall *c)
 {
-    metrics *m = mc->srv->metrics;
-    switch (mc->res.status) {
+    mcall *mc = (mcall *)c;
+    metrics *m = c->srv->metrics;
+    switch (c->res.status) {
     case ONCE_COMPLETED: answer_replay(mc); break;
     case ONCE_IN_FLIGHT:
-        if (mc->wait_deadline > clock_mono_ms() && waiters_add(mc->srv->waiters, mc->up->name, mc->key, mc,
-                                                               mc->wait_deadline, wait_settled, wait_timeout) == 0)
-            return;
-        metrics_action(m, mc->up->name, MO_IN_FLIGHT);
+        metrics_action(m, c->up->name, MO_IN_FLIGHT);
         answer_own(mc, "in_flight",
                    "The same tool call is still running (started by an earlier attempt). Call it again in a "
                    "little while to get its result; it will not run twice.");
         break;
     case ONCE_UNKNOWN:
-    case ONCE_HELD: answer_unknown(mc, mc->res.status); break;
+    case ONCE_HELD: answer_unknown(mc, c->res.status); break;
     case ONCE_AWAITING_APPROVAL:
-        metrics_action(m, mc->up->name, MO_AWAITING);
+        metrics_action(m, c->up->name, MO_AWAITING);
         answer_own(mc, "awaiting_approval",
                    "This tool call needs a person's approval before it runs; it is stored and waiting%s. Call it "
                    "again later with the same arguments to get its result; it runs at most once.",
-                   mc->res.action.approved_at > 0 ? " (approved: it is being sent)" : "");
+                   c->res.action.approved_at > 0 ? " (approved: it is being sent)" : "");
         break;
     case ONCE_DENIED:
-        metrics_action(m, mc->up->name, MO_DENIED);
+        metrics_action(m, c->up->name, MO_DENIED);
         answer_own(mc, "denied", "A person did not approve this tool call (%s); it was not run and will not be.",
-                   mc->res.action.note ? mc->res.action.note : "no note");
+                   c->res.action.note ? c->res.action.note : "no note");
         break;
-    default: answer_error(mc, -32603, "unexpected reservation status %d", (int)mc->res.status);
+    default: answer_error(mc, -32603, "unexpected reservation status %d", (int)c->res.status);
     }
 }
 
 /* ---- recording ------------------------------------------------------------------ */
 
-static void on_recorded(void *ctx, int rc, const char *detail)
+static void mcall_recorded(rcall *c, int rc, const char *detail)
 {
-    mcall *mc = ctx;
-    metrics *m = mc->srv->metrics;
-    const char *name = mc->up->name;
-    if (rc == ONCE_OK)
-        FAULT_POINT("after_record");
+    mcall *mc = (mcall *)c;
+    metrics *m = c->srv->metrics;
+    const char *name = c->up->name;
     if (rc < 0 && mc->verdict == MCP_RELEASED && !mc->sent && !mc->stream) {
-        req_problem(mc->r, 503, "store_unavailable", "Store unavailable", NULL,
+        req_problem(mc->c.r, 503, "store_unavailable", "Store unavailable", NULL,
                     "nothing was sent to the MCP server, but the release could not be recorded: %s", detail);
         return;
     }
@@ -294,22 +273,22 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     }
     switch (mc->verdict) {
     case MCP_COMPLETED:
-        answer(mc, mcp_result_answer(mc->id, json_object_get(mc->final, "result"), "completed", mc->key, 0),
+        answer(mc, mcp_result_answer(mc->id, json_object_get(mc->final, "result"), "completed", mc->c.key, 0),
                "completed");
         break;
     case MCP_RELEASED:
         metrics_action(m, name, MO_RELEASED);
         if (!mc->sent && !mc->stream && mc->unready) {
-            req_set_header(mc->r, "Retry-After", "1");
-            req_problem(mc->r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was done",
+            req_set_header(mc->c.r, "Retry-After", "1");
+            req_problem(mc->c.r, 503, "upstream_unavailable", "Upstream unavailable", NULL, "%s; nothing was done",
                         mc->why);
         } else if (!mc->sent && !mc->stream) {
-            req_problem(mc->r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s; nothing was done",
+            req_problem(mc->c.r, 502, "upstream_unreachable", "Upstream unreachable", NULL, "%s; nothing was done",
                         mc->why);
         } else if (mc->relay_http && !mc->stream) {
-            out_call *c = &mc->call;
-            req_reply(mc->r, (unsigned)c->status,
-                      relay_response((const char *)c->resp_headers.data, c->resp_body.data, c->resp_body.len));
+            out_call *oc = &mc->call;
+            req_reply(mc->c.r, (unsigned)oc->status,
+                      relay_response((const char *)oc->resp_headers.data, oc->resp_body.data, oc->resp_body.len));
         } else {
             json_object_set(mc->final, "id", mc->id);
             answer(mc, json_dumps(mc->final, JSON_COMPACT), "released");
@@ -327,31 +306,26 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     }
 }
 
+/* Records the call's verdict: a completed call's result as the answer. */
 static void record(mcall *mc)
 {
-    once_store *st = mc->srv->store;
-    const char *scope = mc->up->name;
-    int rc;
-    leases_drop(mc->srv->leases, mc->hold);
-    mc->hold = NULL;
-    switch (mc->verdict) {
-    case MCP_COMPLETED:
+    verdict v = {.kind = VERDICT_UNKNOWN};
+    if (mc->verdict == MCP_COMPLETED) {
         mc->rec_body = json_dumps(json_object_get(mc->final, "result"), JSON_COMPACT);
         if (!mc->rec_body) {
             mc->verdict = MCP_UNKNOWN;
             snprintf(mc->why, sizeof mc->why, "out of memory while recording the result");
-            rc = once_mark_unknown_async(st, scope, mc->key, mc->res.token, mc->why, on_recorded, mc);
-            break;
+        } else {
+            v.kind = VERDICT_COMPLETED;
+            v.resp = (once_response){.status = 200, .body = (uint8_t *)mc->rec_body,
+                                     .body_len = strlen(mc->rec_body)};
         }
-        mc->rec = (once_response){.status = 200, .body = (uint8_t *)mc->rec_body,
-                                  .body_len = strlen(mc->rec_body)};
-        rc = once_complete_async(st, scope, mc->key, mc->res.token, &mc->rec, NULL, on_recorded, mc);
-        break;
-    case MCP_RELEASED: rc = once_release_async(st, scope, mc->key, mc->res.token, mc->why, on_recorded, mc); break;
-    default: rc = once_mark_unknown_async(st, scope, mc->key, mc->res.token, mc->why, on_recorded, mc); break;
+    } else if (mc->verdict == MCP_RELEASED) {
+        v.kind = VERDICT_RELEASED;
     }
-    if (rc < 0)
-        on_recorded(mc, rc, once_errdetail());
+    if (v.kind != VERDICT_COMPLETED)
+        snprintf(v.why, sizeof v.why, "%s", mc->why);
+    rcall_record(&mc->c, &v);
 }
 
 /* ---- a url server ------------------------------------------------------------------ */
@@ -372,7 +346,7 @@ static void on_event(void *ctx, const char *name, const char *data, size_t len, 
     }
     json_decref(msg);
     if (len && relay_event(mc, data, len) < 0)
-        log_event("warn", "mcp %s: a notification could not be relayed (out of memory)", mc->up->name);
+        log_event("warn", "mcp %s: a notification could not be relayed (out of memory)", mc->c.up->name);
 }
 
 static int url_stream_start(out_call *c)
@@ -431,9 +405,9 @@ static void on_url_done(out_call *c)
 {
     mcall *mc = c->ctx;
     FAULT_POINT("after_upstream");
-    metrics_upstream(mc->srv->metrics, mc->up->name, c->seconds);
+    metrics_upstream(mc->c.srv->metrics, mc->c.up->name, c->seconds);
     if (!mc->stream)
-        mc->r->upstream_ms = c->seconds * 1e3;
+        mc->c.r->upstream_ms = c->seconds * 1e3;
     url_classify(mc);
     record(mc);
 }
@@ -442,17 +416,16 @@ static void forward_url(mcall *mc)
 {
     out_call *c = &mc->call;
     c->method = "POST";
-    c->url = mc->up->url;
+    c->url = mc->c.up->url;
     c->headers = (const char *const *)mc->headers.lines;
     c->nheaders = mc->headers.count;
     c->body = mc->body.data;
     c->body_len = mc->body.len;
-    c->timeout_ms = mc->up->timeout_ms;
-    c->max_response = mc->up->max_response;
+    upstream_call_init(c, mc->c.up);
     c->stream = &url_hooks;
     c->done = on_url_done;
     c->ctx = mc;
-    int rc = outbound_submit(mc->srv->ob, c);
+    int rc = outbound_submit(mc->c.srv->ob, c);
     if (rc < 0) {
         snprintf(mc->why, sizeof mc->why, "%s", rc == ONCE_ECLOSED ? "the gateway is stopping" : "out of memory");
         mc->verdict = MCP_RELEASED;
@@ -468,7 +441,7 @@ static void on_stdio_note(void *ctx, const json_t *note)
     mcall *mc = ctx;
     char *text = json_dumps(note, JSON_COMPACT);
     if (text && relay_event(mc, text, strlen(text)) < 0)
-        log_event("warn", "mcp %s: a notification could not be relayed (out of memory)", mc->up->name);
+        log_event("warn", "mcp %s: a notification could not be relayed (out of memory)", mc->c.up->name);
     free(text);
 }
 
@@ -502,9 +475,9 @@ static void stdio_not_sent(mcall *mc, int unready)
 static void on_stdio_ready(void *ctx, mcp_stdio_readiness how)
 {
     mcall *mc = ctx;
-    if (how == MCP_STDIO_READY && worker_run(mc->srv->worker, forward_stdio, mc) == 0)
+    if (how == MCP_STDIO_READY && worker_run(mc->c.srv->worker, forward_stdio, mc) == 0)
         return;
-    snprintf(mc->why, sizeof mc->why, "the stdio MCP server '%s' is not running: %s", mc->up->name,
+    snprintf(mc->why, sizeof mc->why, "the stdio MCP server '%s' is not running: %s", mc->c.up->name,
              how == MCP_STDIO_LATE ? "it did not start within its timeout" : "the gateway is stopping");
     stdio_not_sent(mc, how == MCP_STDIO_LATE);
 }
@@ -517,7 +490,7 @@ static void forward_stdio(void *arg)
 {
     mcall *mc = arg;
     for (;;) {
-        int rc = mcp_stdio_call(mc->rt->stdio, mc->msg, mc->up->timeout_ms, on_stdio_done, on_stdio_note, mc,
+        int rc = mcp_stdio_call(mc->rt->stdio, mc->msg, mc->c.up->timeout_ms, on_stdio_done, on_stdio_note, mc,
                                 mc->why, sizeof mc->why);
         if (rc == 0)
             return;
@@ -526,13 +499,13 @@ static void forward_stdio(void *arg)
             return;
         }
         if (!mc->ready_deadline)
-            mc->ready_deadline = clock_mono_ms() + mc->up->timeout_ms;
+            mc->ready_deadline = clock_mono_ms() + mc->c.up->timeout_ms;
         int w = mcp_stdio_when_ready(mc->rt->stdio, mc->ready_deadline, on_stdio_ready, mc);
         if (w == 0)
             return; /* on_stdio_ready goes on */
         if (w < 0) {
             snprintf(mc->why, sizeof mc->why, "the stdio MCP server '%s' did not start within its timeout",
-                     mc->up->name);
+                     mc->c.up->name);
             stdio_not_sent(mc, 1);
             return;
         }
@@ -542,40 +515,22 @@ static void forward_stdio(void *arg)
 /* ---- reserving ------------------------------------------------------------------------ */
 
 /* The stored request: the tool and its arguments, what a human approves
- * and once_show shows. Called by the store only when the reservation goes
- * to the writer, where a row may be written. */
-static int meta_build(void *arg, const uint8_t **data, size_t *len)
+ * and once_show shows. */
+static int mcall_describe(rcall *c, char **out)
 {
-    mcall *mc = arg;
-    free(mc->meta);
-    mc->meta = mcp_stored_request(mc->tool, json_object_get(mc->msg, "params"));
-    if (!mc->meta)
-        return ONCE_ENOMEM;
-    *data = (const uint8_t *)mc->meta;
-    *len = strlen(mc->meta);
-    return ONCE_OK;
+    mcall *mc = (mcall *)c;
+    *out = mcp_stored_request(mc->tool, json_object_get(mc->msg, "params"));
+    return *out ? ONCE_OK : ONCE_ENOMEM;
 }
 
-static void on_reserved(void *ctx, int rc, const char *detail)
+/* A new reservation: to a url server on the outbound thread, to a stdio
+ * server from a worker (store writer or syncer). */
+static void mcall_forward(rcall *c)
 {
-    mcall *mc = ctx;
-    free(mc->meta);
-    mc->meta = NULL;
-    if (rc < 0) {
-        req_problem(mc->r, 503, "store_unavailable", "Store unavailable", NULL,
-                    "the reservation could not be made durable, so nothing was sent: %s", detail);
-        return;
-    }
-    if (mc->res.status != ONCE_RESERVED) {
-        answer_existing(mc);
-        return;
-    }
-    FAULT_POINT("after_reserve");
-    metrics_action(mc->srv->metrics, mc->up->name, MO_NEW);
-    mc->hold = leases_hold(mc->srv->leases, mc->up->name, mc->key, mc->res.token, mc->up->lease_ms);
+    mcall *mc = (mcall *)c;
     if (!mc->rt->stdio) {
         forward_url(mc);
-    } else if (worker_run(mc->srv->worker, forward_stdio, mc) < 0) {
+    } else if (worker_run(c->srv->worker, forward_stdio, mc) < 0) {
         snprintf(mc->why, sizeof mc->why, "the gateway is stopping");
         mc->verdict = MCP_RELEASED;
         mc->sent = 0;
@@ -583,37 +538,19 @@ static void on_reserved(void *ctx, int rc, const char *detail)
     }
 }
 
-static void reserve_start(mcall *mc)
-{
-    once_reservation_free(&mc->res);
-    int rc = once_reserve_async(mc->srv->store, &mc->rreq, &mc->res, on_reserved, mc);
-    if (rc == 1)
-        answer_existing(mc);
-    else if (rc < 0)
-        req_problem(mc->r, rc == ONCE_EINVAL ? 400 : 503, rc == ONCE_EINVAL ? "invalid_request" : "store_unavailable",
-                    rc == ONCE_EINVAL ? "Invalid request" : "Store unavailable", NULL, "%s", once_errdetail());
-}
-
-static void wait_settled(void *arg)
-{
-    mcall *mc = arg;
-    mc->wait_deadline = 0;
-    reserve_start(mc);
-}
-
-static void wait_timeout(void *arg)
-{
-    mcall *mc = arg;
-    mc->wait_deadline = 0;
-    reserve_start(mc); /* whatever the row says now */
-}
+static const rcall_ops mcall_ops = {.describe = mcall_describe,
+                                    .forward = mcall_forward,
+                                    .existing = mcall_existing,
+                                    .recorded = mcall_recorded,
+                                    .waits_for_decision = NULL,
+                                    .free = mcall_free};
 
 /* ---- entry ------------------------------------------------------------------------------ */
 
 static const char *tpl_header(void *ctx, const char *name)
 {
     mcall *mc = ctx;
-    return req_header(mc->r, name);
+    return req_header(mc->c.r, name);
 }
 
 /* The ledger key TOOL:KEY. 0; or answered (a JSON-RPC error) and -1. */
@@ -621,7 +558,7 @@ static int call_key(mcall *mc, json_t *params)
 {
     char key[ONCE_KEY_MAX + 1], err[256] = "";
     key_source hsrc = {.header = tpl_header, .ctx = mc};
-    int rc = mcp_call_key(mc->up, mc->tool, params, req_header(mc->r, "Idempotency-Key"), &hsrc, key, sizeof key,
+    int rc = mcp_call_key(mc->c.up, mc->tool, params, req_header(mc->c.r, "Idempotency-Key"), &hsrc, key, sizeof key,
                           err, sizeof err);
     if (rc == -1) {
         answer_error(mc, -32602, "the key template of tool '%s' needs %s, which this call does not have; nothing "
@@ -632,13 +569,13 @@ static int call_key(mcall *mc, json_t *params)
         answer_error(mc, -32602, "no usable idempotency key for this call: %s; nothing was done", err);
         return -1;
     }
-    int n = snprintf(mc->key, sizeof mc->key, "%s:%s", mc->tool, key);
-    if (n < 0 || (size_t)n >= sizeof mc->key || once_key_validate(mc->key) < 0) {
+    int n = snprintf(mc->c.key, sizeof mc->c.key, "%s:%s", mc->tool, key);
+    if (n < 0 || (size_t)n >= sizeof mc->c.key || once_key_validate(mc->c.key) < 0) {
         answer_error(mc, -32602, "the idempotency key of this call is not usable (at most %d printable ASCII "
                      "characters with the tool's name); nothing was done", ONCE_KEY_MAX);
         return -1;
     }
-    req_note_key(mc->r, mc->up->name, mc->key);
+    req_note_key(mc->c.r, mc->c.up->name, mc->c.key);
     return 0;
 }
 
@@ -653,16 +590,13 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
         json_decref(msg);
         return;
     }
-    mcall *mc = req_state_new(r, sizeof *mc, mcall_free);
+    mcall *mc = req_state_new(r, sizeof *mc, rcall_drop);
     if (!mc) {
         json_decref(msg);
         return;
     }
-    mc->r = r;
-    mc->srv = r->srv;
+    rcall_init(&mc->c, r, rt->up, &mcall_ops);
     mc->rt = rt;
-    mc->up = rt->up;
-    mc->holders = 1;
     mc->msg = msg;
     mc->id = json_object_get(msg, "id");
     /* The tool names a metrics series and log lines: only a name once can
@@ -681,7 +615,7 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     if (call_key(mc, params) < 0)
         return;
     char *canon = mcp_canonical_args(params);
-    int rc = canon ? once_fingerprint("POST", tool, (const uint8_t *)canon, strlen(canon), mc->fp) : -1;
+    int rc = canon ? once_fingerprint("POST", tool, (const uint8_t *)canon, strlen(canon), mc->c.fp) : -1;
     free(canon);
     if (rc < 0) {
         req_out_of_memory(r);
@@ -694,16 +628,12 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
         return;
     }
     int approval = mcp_tool_needs_approval(rt->up, rt->tools, tool);
-    mc->rreq = (once_reserve_req){
+    mc->c.rreq = (once_reserve_req){
         .scope = rt->up->name,
-        .key = mc->key,
-        .fingerprint = mc->fp,
         .lease_ms = rt->up->lease_ms,
         .retention_ms = rt->up->retention_ms,
-        .request_fn = meta_build,
-        .request_arg = mc,
         .approval_ttl_ms = approval ? rt->up->approve_ttl_ms : 0,
     };
-    mc->wait_deadline = rt->up->wait_ms ? clock_mono_ms() + rt->up->wait_ms : 0;
-    reserve_start(mc);
+    mc->c.wait_deadline = rt->up->wait_ms ? clock_mono_ms() + rt->up->wait_ms : 0;
+    rcall_start(&mc->c);
 }

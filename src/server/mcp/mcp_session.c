@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/sse.h"
 #include "once/once.h"
+#include "server/core/upstream_rules.h"
 #include "server/mcp/mcp.h"
 #include "server/mcp/mcp_stdio.h"
 #include "server/front/relay.h"
@@ -99,8 +100,7 @@ static int session_send(session *s, const char *body, out_call *c)
     c->nheaders = h.count;
     c->body = (const uint8_t *)body;
     c->body_len = body ? strlen(body) : 0;
-    c->timeout_ms = up->timeout_ms;
-    c->max_response = up->max_response;
+    upstream_call_init(c, up);
     c->done = on_http_done;
     c->ctx = &w;
     int rc = bad ? -1 : outbound_submit(s->rt->srv->ob, c);

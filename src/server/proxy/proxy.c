@@ -2,15 +2,16 @@
  * proxy.c — ANY /v1/proxy/{upstream}/{path…}: reserve first, forward,
  * record before reply, replay to every retry (docs/api.md).
  *
- * A proxied request moves through threads by callbacks, never by waiting:
- *   HTTP thread   validate, fingerprint, once_reserve_async
- *                 (only a completed outcome in the replay cache answers
- *                 here; every other reservation goes to the writer, which
- *                 answers a replay or a conflict too: docs/ledger.md)
- *   store writer  on_reserved: RESERVED goes to the outbound thread
- *                 (SQLite: on the syncer, once the batch is durable)
- *   outbound      on_upstream_done: classify, record asynchronously
- *   store writer  on_recorded: attach the answer, resume the connection
+ * A keyed request goes through the recorded call's pipeline
+ * (pipeline/rcall.h: reserve, wait or replay, forward, record, answer, and
+ * the threads between them); this file says what is the proxy's own:
+ *   HTTP thread   validate the target and headers, derive the key,
+ *                 fingerprint, then rcall_start
+ *   outbound      forward: the call; on_upstream_done classifies it
+ *                 (upstream_rules.h) and records it (rcall_record)
+ *   store writer  proxy_recorded: attach the answer, resume the connection
+ * A streamed answer is relayed while it arrives (front/stream.c) and ended
+ * once its outcome is recorded. A request without a key passes through.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,32 +31,21 @@
 #include "server/front/relay.h"
 #include "server/proxy/proxy.h"
 #include "server/proxy/stored_request.h"
+#include "server/pipeline/rcall.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
-#include "server/core/waiters.h"
 #include "server/front/stream.h"
 #include "server/core/target.h"
 #include "server/core/upstream_rules.h"
 
 
 typedef struct proxy {
-    req *r;              /* not to be read once a stream answered it (px->stream) */
-    server *srv;
-    int holders;         /* the request, and a streamed call until it is recorded */
-    const upstream_cfg *up;
-    char key[ONCE_KEY_MAX + 1];
-    char fp[65];
+    rcall c;             /* first: the pipeline's part (pipeline/rcall.h) */
     char *url;
     out_headers headers; /* to forward: the client's first */
     size_t nclient;      /* how many of headers are the client's */
-    char *meta;          /* the stored request, built only when a row is written */
-    once_reserve_req rreq;
-    once_reservation res;
-    lease_hold *hold;    /* this attempt's lease, renewed while the call runs */
     out_call call;
-    once_response rec;
     upstream_outcome kind;
-    int64_t wait_deadline;
     const char *target;  /* path and query after the upstream's prefix */
     char *method;        /* a copy: MHD's string may go when the client does */
     char field[3][1024]; /* decoded query / path values lent to a key template */
@@ -67,31 +57,17 @@ typedef struct proxy {
     buf body;            /* the request body, taken from the request when it answered early */
 } proxy;
 
-/* The call is over (or never started): its lease needs no more renewing. */
-static void proxy_lease_done(proxy *px)
+/* The proxy's own members, when the last holder let go (rcall_drop). */
+static void proxy_free(rcall *c)
 {
-    leases_drop(px->srv->leases, px->hold);
-    px->hold = NULL;
-}
-
-/* Lets go of one hold (the request's, as its state, or a streamed call's);
- * the last frees. */
-static void proxy_free(void *arg)
-{
-    proxy *px = arg;
-    if (!px || __atomic_sub_fetch(&px->holders, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    proxy *px = (proxy *)c;
     ONCE_ASSERT(!px->stream);
     sse_watch_free(&px->watch);
     buf_free(&px->body);
-    proxy_lease_done(px);
     out_headers_clear(&px->headers);
     free(px->url);
     free(px->method);
-    free(px->meta);
-    once_reservation_free(&px->res);
     out_call_clear(&px->call);
-    free(px);
 }
 
 static int method_is_safe(const char *m)
@@ -102,25 +78,15 @@ static int method_is_safe(const char *m)
 /* ---- building requests and responses ----------------------------------- */
 
 /* The request as stored with the reservation (stored_request.h): what a
- * provider lookup or a human needs to know what was attempted. Called by
- * the store (through rreq.request_fn) only when the reservation goes to
- * the writer, where a row may be written, so a replay the cache answers
- * never pays for it; it reads only what the proxy owns, as it may
- * run after the client left. Injected headers are never stored (they come
- * after the client's in px->headers). */
-static int meta_build(void *arg, const uint8_t **data, size_t *len)
+ * provider lookup or a human needs to know what was attempted. It reads
+ * only what the proxy owns, as it may run after the client left. Injected
+ * headers are never stored (they come after the client's in px->headers). */
+static int proxy_describe(rcall *c, char **out)
 {
-    proxy *px = arg;
-    req *r = px->r;
-    free(px->meta); /* a Prefer: wait retry describes the request again */
-    px->meta = NULL;
-    int rc = stored_request_encode(r->srv->cfg, px->method, px->target, (const char *const *)px->headers.lines,
-                                   px->nclient, r->body.data, r->body.len, &px->meta);
-    if (rc < 0)
-        return rc;
-    *data = (const uint8_t *)px->meta;
-    *len = strlen(px->meta); /* the store refuses more than ONCE_REQUEST_MAX */
-    return ONCE_OK;
+    proxy *px = (proxy *)c;
+    req *r = c->r;
+    return stored_request_encode(c->srv->cfg, px->method, px->target, (const char *const *)px->headers.lines,
+                                 px->nclient, r->body.data, r->body.len, out);
 }
 
 /* The tokens an LLM answer reports (usage.total_tokens of a JSON answer,
@@ -150,11 +116,11 @@ static int64_t answer_tokens(const once_response *a)
 
 static void reply_unknown(proxy *px, once_reserve_status st)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     const char *state = st == ONCE_HELD ? "held" : "unknown";
     r->outcome = state;
-    metrics_action(r->srv->metrics, px->up->name, st == ONCE_HELD ? MO_HELD : MO_UNKNOWN);
-    const char *reason = px->res.action.error ? px->res.action.error : "";
+    metrics_action(r->srv->metrics, px->c.up->name, st == ONCE_HELD ? MO_HELD : MO_UNKNOWN);
+    const char *reason = px->c.res.action.error ? px->c.res.action.error : "";
     req_problem(r, 409, "outcome_unknown", "Outcome unknown", json_pack("{s:s, s:s}", "state", state, "reason", reason),
                 "an earlier attempt may have performed this action (%s); it is not sent again until it is "
                 "resolved",
@@ -163,9 +129,9 @@ static void reply_unknown(proxy *px, once_reserve_status st)
 
 static void reply_in_flight(proxy *px)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     r->outcome = "in_flight";
-    metrics_action(r->srv->metrics, px->up->name, MO_IN_FLIGHT);
+    metrics_action(r->srv->metrics, px->c.up->name, MO_IN_FLIGHT);
     req_set_header(r, "Retry-After", "1");
     req_problem(r, 409, "key_in_flight", "Key in flight", json_pack("{s:s}", "state", "pending"),
                 "another attempt holds this key; retry later or send 'Prefer: wait=N'");
@@ -173,10 +139,10 @@ static void reply_in_flight(proxy *px)
 
 static void reply_replay(proxy *px)
 {
-    req *r = px->r;
-    const upstream_cfg *up = px->up;
-    once_action *a = &px->res.action;
-    int mismatch = px->res.fingerprint_mismatch;
+    req *r = px->c.r;
+    const upstream_cfg *up = px->c.up;
+    once_action *a = &px->c.res.action;
+    int mismatch = px->c.res.fingerprint_mismatch;
     r->outcome = "replayed";
     if (mismatch) {
         metrics_action(r->srv->metrics, up->name, MO_MISMATCH);
@@ -228,8 +194,8 @@ static void reply_replay(proxy *px)
  * approval or a denial of the stored one does not cover it. */
 static int stored_request_differs(const proxy *px)
 {
-    const char *fp = px->res.action.fingerprint;
-    return fp && strcmp(fp, px->fp) != 0;
+    const char *fp = px->c.res.action.fingerprint;
+    return fp && strcmp(fp, px->c.fp) != 0;
 }
 
 /* A payload that differs from the stored request: refused (on_mismatch =
@@ -239,10 +205,10 @@ static int reply_mismatch_refused(proxy *px)
 {
     if (!stored_request_differs(px))
         return 0;
-    metrics_action(px->srv->metrics, px->up->name, MO_MISMATCH);
-    if (px->up->on_mismatch != MISMATCH_REJECT)
+    metrics_action(px->c.srv->metrics, px->c.up->name, MO_MISMATCH);
+    if (px->c.up->on_mismatch != MISMATCH_REJECT)
         return 0;
-    req_problem(px->r, 422, "payload_mismatch", "Payload mismatch", NULL,
+    req_problem(px->c.r, 422, "payload_mismatch", "Payload mismatch", NULL,
                 "this key was first used with a different request; only that request can be approved");
     return 1;
 }
@@ -251,25 +217,25 @@ static int reply_mismatch_refused(proxy *px)
  * Location name the action, which GET /v1/actions/{scope}/{key} shows. */
 static void reply_awaiting(proxy *px)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     if (reply_mismatch_refused(px))
         return;
     r->outcome = "awaiting_approval";
-    metrics_action(px->srv->metrics, px->up->name, MO_AWAITING);
-    const once_action *a = &px->res.action;
-    json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:o}", "state", "awaiting_approval", "scope", px->up->name, "key",
-                          px->key, "approved", a->approved_at > 0, "decide_by",
+    metrics_action(px->c.srv->metrics, px->c.up->name, MO_AWAITING);
+    const once_action *a = &px->c.res.action;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:o}", "state", "awaiting_approval", "scope", px->c.up->name, "key",
+                          px->c.key, "approved", a->approved_at > 0, "decide_by",
                           json_new_time(a->lease_expires_at));
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     buf loc = {0};
     int rc = text ? buf_append(&loc, "/v1/actions/", 12, 4096) : -1;
     if (rc == 0)
-        rc = pct_encode(&loc, px->up->name, strlen(px->up->name), 4096);
+        rc = pct_encode(&loc, px->c.up->name, strlen(px->c.up->name), 4096);
     if (rc == 0)
         rc = buf_append(&loc, "/", 1, 4096);
     if (rc == 0)
-        rc = pct_encode(&loc, px->key, strlen(px->key), 4096);
+        rc = pct_encode(&loc, px->c.key, strlen(px->c.key), 4096);
     if (rc == 0)
         rc = buf_append(&loc, "", 1, 4096);
     struct MHD_Response *resp = rc == 0 ? resp_bytes(text, strlen(text), "application/json") : NULL;
@@ -287,45 +253,39 @@ static void reply_awaiting(proxy *px)
  * retention ends. */
 static void reply_denied(proxy *px)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     if (reply_mismatch_refused(px))
         return;
     r->outcome = "denied";
-    metrics_action(px->srv->metrics, px->up->name, MO_DENIED);
-    const char *note = px->res.action.note ? px->res.action.note : "";
+    metrics_action(px->c.srv->metrics, px->c.up->name, MO_DENIED);
+    const char *note = px->c.res.action.note ? px->c.res.action.note : "";
     req_problem(r, 403, "denied", "Denied", json_pack("{s:s, s:s}", "state", "denied", "note", note),
                 "this request was not approved (%s); it is not sent", note[0] ? note : "no note");
 }
 
-static void wait_settled(void *arg);
-static void wait_timeout(void *arg);
-
-/* Answers from an existing row (anything but RESERVED). */
-static void answer_existing(proxy *px)
+/* Answers from an existing row (anything but RESERVED; the pipeline has
+ * waited where Prefer: wait asked it to). */
+static void proxy_existing(rcall *c)
 {
-    switch (px->res.status) {
+    proxy *px = (proxy *)c;
+    switch (c->res.status) {
     case ONCE_COMPLETED: reply_replay(px); break;
-    case ONCE_IN_FLIGHT:
-        if (px->wait_deadline > clock_mono_ms() && waiters_add(px->r->srv->waiters, px->up->name, px->key, px,
-                                                               px->wait_deadline, wait_settled, wait_timeout) == 0)
-            return;
-        reply_in_flight(px);
-        break;
+    case ONCE_IN_FLIGHT: reply_in_flight(px); break;
     case ONCE_UNKNOWN:
-    case ONCE_HELD: reply_unknown(px, px->res.status); break;
-    case ONCE_AWAITING_APPROVAL:
-        /* Prefer: wait waits for the decision and then the outcome. */
-        if (px->wait_deadline > clock_mono_ms() && !stored_request_differs(px) &&
-            waiters_add(px->r->srv->waiters, px->up->name, px->key, px, px->wait_deadline, wait_settled,
-                        wait_timeout) == 0)
-            return;
-        reply_awaiting(px);
-        break;
+    case ONCE_HELD: reply_unknown(px, c->res.status); break;
+    case ONCE_AWAITING_APPROVAL: reply_awaiting(px); break;
     case ONCE_DENIED: reply_denied(px); break;
     default:
-        req_problem(px->r, 500, "internal", "Internal error", NULL, "unexpected reservation status %d",
-                    (int)px->res.status);
+        req_problem(c->r, 500, "internal", "Internal error", NULL, "unexpected reservation status %d",
+                    (int)c->res.status);
     }
+}
+
+/* Prefer: wait waits for the decision and then the outcome only of the
+ * request that is stored: a different one is answered at once. */
+static int proxy_waits_for_decision(const rcall *c)
+{
+    return !stored_request_differs((const proxy *)c);
 }
 
 /* ---- streamed answers (docs/api.md, "Streamed answers") ------------------- */
@@ -334,7 +294,7 @@ static void answer_existing(proxy *px)
 static void stream_room(void *ctx)
 {
     proxy *px = ctx;
-    outbound_resume(px->srv->ob, &px->call);
+    outbound_resume(px->c.srv->ob, &px->call);
 }
 
 /* On the outbound thread, at the first byte of an event stream. Only an
@@ -345,19 +305,19 @@ static int stream_start(out_call *c)
 {
     proxy *px = c->ctx;
     char why[128];
-    if (px->key[0] && upstream_classify(px->up, OUT_ANSWERED, c->status, why, sizeof why) != UPSTREAM_COMPLETED)
+    if (px->c.key[0] && upstream_classify(px->c.up, OUT_ANSWERED, c->status, why, sizeof why) != UPSTREAM_COMPLETED)
         return 0;
-    req *r = px->r;
+    req *r = px->c.r;
     struct MHD_Response *resp;
-    if (!(px->stream = stream_open(px->srv, r->conn, stream_room, px, &resp)))
+    if (!(px->stream = stream_open(px->c.srv, r->conn, stream_room, px, &resp)))
         return -1;
     relay_add_headers(resp, (const char *)c->resp_headers.data);
     sse_watch_init(&px->watch);
-    __atomic_add_fetch(&px->holders, 1, __ATOMIC_ACQ_REL);
+    rcall_hold(&px->c);
     /* curl may still hold the request body: it goes with px, not r. */
     px->body = r->body;
     memset(&r->body, 0, sizeof r->body);
-    if (px->key[0])
+    if (px->c.key[0])
         r->outcome = "streaming";
     req_reply(r, (unsigned)c->status, resp); /* r may be gone from here on */
     return 1;
@@ -385,7 +345,7 @@ static void stream_finish(proxy *px, int clean, const char *outcome)
 {
     stream_end(px->stream, clean, outcome);
     px->stream = NULL;
-    proxy_free(px);
+    rcall_drop(&px->c);
 }
 
 /* The class of a streamed call: answered is completed only when the
@@ -394,7 +354,7 @@ static void stream_finish(proxy *px, int clean, const char *outcome)
 static upstream_outcome stream_classify(proxy *px)
 {
     out_call *c = &px->call;
-    upstream_outcome o = upstream_classify(px->up, c->kind, c->status, c->error, sizeof c->error);
+    upstream_outcome o = upstream_classify(px->c.up, c->kind, c->status, c->error, sizeof c->error);
     if (o == UPSTREAM_COMPLETED && (px->watch_failed || !sse_watch_complete(&px->watch))) {
         snprintf(c->error, sizeof c->error, "the %s stream ended after %llu bytes without its final event",
                  sse_shape_name(px->watch.shape), (unsigned long long)c->stream_bytes);
@@ -411,11 +371,11 @@ static upstream_outcome stream_classify(proxy *px)
  * end only now, so that a caller who saw a clean end finds it recorded. */
 static void stream_recorded(proxy *px, int rc, const char *detail)
 {
-    metrics *m = px->srv->metrics;
+    metrics *m = px->c.srv->metrics;
     if (rc < 0) {
         /* The row stays pending, expires and is held: never pretend. */
-        metrics_action(m, px->up->name, MO_UNKNOWN);
-        log_event("error", "scope %s: the outcome of a streamed call could not be recorded: %s", px->up->name,
+        metrics_action(m, px->c.up->name, MO_UNKNOWN);
+        log_event("error", "scope %s: the outcome of a streamed call could not be recorded: %s", px->c.up->name,
                   detail);
         stream_finish(px, 0, NULL);
         return;
@@ -424,8 +384,8 @@ static void stream_recorded(proxy *px, int rc, const char *detail)
         stream_finish(px, 1, "completed");
         return;
     }
-    metrics_action(m, px->up->name, MO_UNKNOWN);
-    log_event("warn", "scope %s: a streamed call ended as unknown: %s", px->up->name, px->call.error);
+    metrics_action(m, px->c.up->name, MO_UNKNOWN);
+    log_event("warn", "scope %s: a streamed call ended as unknown: %s", px->c.up->name, px->call.error);
     /* The caller's stream ends as the upstream's did: cut when it was cut;
      * when only its final event was missing, cleanly, the trailer saying
      * unknown. */
@@ -434,18 +394,16 @@ static void stream_recorded(proxy *px, int rc, const char *detail)
 
 /* ---- recording the outcome ---------------------------------------------- */
 
-static void on_recorded(void *ctx, int rc, const char *detail)
+static void proxy_recorded(rcall *rc_, int rc, const char *detail)
 {
-    proxy *px = ctx;
-    if (rc == ONCE_OK)
-        FAULT_POINT("after_record");
+    proxy *px = (proxy *)rc_;
     if (px->stream) {
         stream_recorded(px, rc, detail);
         return;
     }
-    req *r = px->r;
+    req *r = px->c.r;
     metrics *m = r->srv->metrics;
-    const char *name = px->up->name;
+    const char *name = px->c.up->name;
     out_call *c = &px->call;
     if (rc < 0) {
         if (px->kind == UPSTREAM_UNREACHABLE || px->kind == UPSTREAM_NOT_FORWARDED) {
@@ -497,60 +455,53 @@ static void on_recorded(void *ctx, int rc, const char *detail)
     }
 }
 
-static void record(proxy *px, upstream_outcome kind, char *why)
+/* Records what the call did, as its class says (upstream_rules.h). */
+static void record(proxy *px, upstream_outcome kind, const char *why)
 {
     px->kind = kind;
-    once_store *st = px->srv->store;
-    const char *scope = px->up->name;
-    int rc;
+    verdict v = {.kind = VERDICT_UNKNOWN};
     switch (upstream_outcome_state(kind)) {
     case ONCE_STATE_COMPLETED:
-        px->rec.status = (int)px->call.status;
-        px->rec.headers = (char *)px->call.resp_headers.data;
-        px->rec.headers_len = px->call.resp_headers.len;
-        px->rec.body = px->call.resp_body.data;
-        px->rec.body_len = px->call.resp_body.len;
-        px->rec.body_not_stored = px->call.not_recorded ? (int64_t)px->call.stream_bytes : 0;
-        rc = once_complete_async(st, scope, px->key, px->res.token, &px->rec, NULL, on_recorded, px);
+        v.kind = VERDICT_COMPLETED;
+        v.resp = (once_response){.status = (int)px->call.status,
+                                 .headers = (char *)px->call.resp_headers.data,
+                                 .headers_len = px->call.resp_headers.len,
+                                 .body = px->call.resp_body.data,
+                                 .body_len = px->call.resp_body.len,
+                                 .body_not_stored = px->call.not_recorded ? (int64_t)px->call.stream_bytes : 0};
         break;
-    case ONCE_STATE_RELEASED:
-        rc = once_release_async(st, scope, px->key, px->res.token, why, on_recorded, px);
-        break;
-    default: rc = once_mark_unknown_async(st, scope, px->key, px->res.token, why, on_recorded, px); break;
+    case ONCE_STATE_RELEASED: v.kind = VERDICT_RELEASED; break;
+    default: break;
     }
-    if (rc < 0)
-        on_recorded(px, rc, once_errdetail());
+    if (why)
+        snprintf(v.why, sizeof v.why, "%s", why);
+    rcall_record(&px->c, &v);
 }
 
 static void on_upstream_done(out_call *c)
 {
     proxy *px = c->ctx;
     FAULT_POINT("after_upstream");
-    proxy_lease_done(px);
+    rcall_lease_done(&px->c);
     if (!px->stream)
-        px->r->upstream_ms = c->seconds * 1e3;
-    metrics_upstream(px->srv->metrics, px->up->name, c->seconds);
-    /* why must outlive the asynchronous record: it lives in the call. */
+        px->c.r->upstream_ms = c->seconds * 1e3;
+    metrics_upstream(px->c.srv->metrics, px->c.up->name, c->seconds);
     upstream_outcome o = px->stream ? stream_classify(px)
-                                    : upstream_classify(px->up, c->kind, c->status, c->error, sizeof c->error);
+                                    : upstream_classify(px->c.up, c->kind, c->status, c->error, sizeof c->error);
     record(px, o, o == UPSTREAM_COMPLETED ? NULL : c->error);
 }
 
 static void forward(proxy *px, out_done_fn done)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     out_call *c = &px->call;
+    upstream_call_init(c, px->c.up);
     c->method = px->method;
     c->url = px->url;
     c->headers = (const char *const *)px->headers.lines;
     c->nheaders = px->headers.count;
     c->body = r->body.data;
     c->body_len = r->body.len;
-    c->timeout_ms = px->up->timeout_ms;
-    c->max_response = px->up->max_response;
-    c->ca_file = px->up->ca_file;
-    c->tls_cert = px->up->tls_cert;
-    c->tls_key = px->up->tls_key;
     c->stream = &stream_hooks;
     c->done = done;
     c->ctx = px;
@@ -567,90 +518,31 @@ static void forward(proxy *px, out_done_fn done)
     }
 }
 
-/* ---- reservation ----------------------------------------------------------- */
-
-static void on_reserved(void *ctx, int rc, const char *detail)
+/* A new reservation: forwarded (store writer or syncer). */
+static void proxy_forward(rcall *c)
 {
-    proxy *px = ctx;
-    free(px->meta); /* written (or not): nothing reads it any more */
-    px->meta = NULL;
-    if (rc < 0) {
-        req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL,
-                    "the reservation could not be made durable, so nothing was sent: %s", detail);
-        return;
-    }
-    if (px->res.status == ONCE_RESERVED) {
-        FAULT_POINT("after_reserve");
-        metrics_action(px->r->srv->metrics, px->up->name, MO_NEW);
-        px->hold = leases_hold(px->r->srv->leases, px->up->name, px->key, px->res.token, px->up->lease_ms);
-        forward(px, on_upstream_done);
-    } else {
-        answer_existing(px);
-    }
+    forward((proxy *)c, on_upstream_done);
 }
 
-static void reserve_start(proxy *px)
-{
-    once_reservation_free(&px->res);
-    int rc = once_reserve_async(px->r->srv->store, &px->rreq, &px->res, on_reserved, px);
-    if (rc == 1) {
-        answer_existing(px);
-    } else if (rc < 0) {
-        if (rc == ONCE_EINVAL)
-            req_problem(px->r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
-        else if (rc == ONCE_ENOMEM)
-            req_problem(px->r, 500, "internal", "Internal error", NULL, "%s", once_errdetail());
-        else
-            req_problem(px->r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
-    }
-}
-
-/* Prefer: wait — on the waiter thread: the other attempt has settled. */
-static void wait_settled(void *arg)
-{
-    proxy *px = arg;
-    px->wait_deadline = 0; /* one more try, then answer whatever it is */
-    reserve_start(px);
-}
-
-/* Prefer: wait ran out: the answer is what the row says now (still in
- * flight, or still waiting for a human). */
-static void wait_timeout(void *arg)
-{
-    proxy *px = arg;
-    if (px->res.status == ONCE_AWAITING_APPROVAL) {
-        px->wait_deadline = 0;
-        reserve_start(px);
-        return;
-    }
-    reply_in_flight(px);
-}
-
-static int64_t prefer_wait(const char *prefer)
-{
-    if (!prefer)
-        return 0;
-    const char *w = strcasestr(prefer, "wait=");
-    if (!w)
-        return 0;
-    long v = strtol(w + 5, NULL, 10);
-    if (v <= 0)
-        return 0;
-    return (v > 60 ? 60 : v) * 1000;
-}
+static const rcall_ops proxy_ops = {.describe = proxy_describe,
+                                    .forward = proxy_forward,
+                                    .existing = proxy_existing,
+                                    .recorded = proxy_recorded,
+                                    .waits_for_decision = proxy_waits_for_decision,
+                                    .free = proxy_free};
 
 /* ---- pass-through (no key) ----------------------------------------------- */
 
 static void on_pass_done(out_call *c)
 {
     proxy *px = c->ctx;
-    metrics_upstream(px->srv->metrics, px->up->name, c->seconds);
+    metrics_upstream(px->c.srv->metrics, px->c.up->name, c->seconds);
     if (px->stream) {
         /* Nothing to record: the end of the transfer is the stream's end. */
         stream_finish(px, c->kind == OUT_ANSWERED, NULL);
         return;
     }
-    req *r = px->r;
+    req *r = px->c.r;
     r->upstream_ms = c->seconds * 1e3;
     relay_answer(r, c);
 }
@@ -662,7 +554,7 @@ static void on_pass_done(out_call *c)
 static const char *tpl_header(void *ctx, const char *name)
 {
     proxy *px = ctx;
-    return req_header(px->r, name);
+    return req_header(px->c.r, name);
 }
 
 /* A decoded copy of a query value or path segment, kept in the proxy so the
@@ -716,24 +608,24 @@ static const char *tpl_path(void *ctx, size_t n)
 /* The key from the upstream's template. 0; or answered (400) and -1. */
 static int key_from_template(proxy *px)
 {
-    req *r = px->r;
+    req *r = px->c.r;
     /* Duplicate members are refused, as for webhook event ids: the key must
      * not come from one copy of a field while the upstream reads the other. */
     json_t *body = r->body.len ? json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES, NULL)
                                : NULL;
     key_source src = {.header = tpl_header, .query = tpl_query, .path = tpl_path, .json = body, .ctx = px};
     char err[256] = "";
-    int rc = key_template_eval(px->up->key, &src, px->key, sizeof px->key, err, sizeof err);
+    int rc = key_template_eval(px->c.up->key, &src, px->c.key, sizeof px->c.key, err, sizeof err);
     json_decref(body);
     if (rc == -1) {
         req_problem(r, 400, "key_field_missing", "Key field missing", json_pack("{s:s}", "field", err),
                     "the key template of '%s' needs %s, which this request does not have; nothing was sent",
-                    px->up->name, err);
+                    px->c.up->name, err);
         return -1;
     }
-    if (rc < 0 || once_key_validate(px->key) < 0) {
+    if (rc < 0 || once_key_validate(px->c.key) < 0) {
         req_problem(r, 400, "invalid_key", "Invalid key", NULL, "the key template of '%s' gave no usable key: %s",
-                    px->up->name, err[0] ? err : once_errdetail());
+                    px->c.up->name, err[0] ? err : once_errdetail());
         return -1;
     }
     return 0;
@@ -743,13 +635,10 @@ static void proxy_handle(req *r)
 {
     const upstream_cfg *up = r->up;
     const char *target = r->target;
-    proxy *px = req_state_new(r, sizeof *px, proxy_free);
+    proxy *px = req_state_new(r, sizeof *px, rcall_drop);
     if (!px)
         return;
-    px->r = r;
-    px->srv = r->srv;
-    px->holders = 1;
-    px->up = up;
+    rcall_init(&px->c, r, up, &proxy_ops);
     if (!(px->method = strdup(r->method))) {
         req_out_of_memory(r);
         return;
@@ -763,14 +652,14 @@ static void proxy_handle(req *r)
         /* The intent decides the key, not the attempt (docs/keys.md). */
         if (key_from_template(px) < 0)
             return;
-        key = px->key;
+        key = px->c.key;
         req_note_key(r, up->name, key);
     } else if (key) {
         if (once_key_validate(key) < 0) {
             req_problem(r, 400, "invalid_key", "Invalid Idempotency-Key", NULL, "%s", once_errdetail());
             return;
         }
-        snprintf(px->key, sizeof px->key, "%s", key);
+        snprintf(px->c.key, sizeof px->c.key, "%s", key);
         req_note_key(r, up->name, key);
     } else if (up->key_required && (!safe || up->key_safe_methods)) {
         req_problem(r, 400, "key_required", "Idempotency-Key required", NULL,
@@ -806,24 +695,20 @@ static void proxy_handle(req *r)
         forward(px, on_pass_done);
         return;
     }
-    if (once_fingerprint(r->method, target, r->body.data, r->body.len, px->fp) < 0) {
+    if (once_fingerprint(r->method, target, r->body.data, r->body.len, px->c.fp) < 0) {
         req_problem(r, 500, "internal", "Internal error", NULL, "cannot fingerprint the request");
         return;
     }
-    px->rreq = (once_reserve_req){
+    px->c.rreq = (once_reserve_req){
         .scope = up->name,
-        .key = px->key,
-        .fingerprint = px->fp,
         .lease_ms = up->lease_ms,
         .retention_ms = up->retention_ms,
         .retry_unknown = up->forward_key_as != NULL,
-        .request_fn = meta_build,
-        .request_arg = px,
         .approval_ttl_ms = approval ? up->approve_ttl_ms : 0,
     };
-    int64_t wait = prefer_wait(req_header(r, "Prefer"));
-    px->wait_deadline = wait ? clock_mono_ms() + wait : 0;
-    reserve_start(px);
+    int64_t wait = rcall_prefer_wait(req_header(r, "Prefer"));
+    px->c.wait_deadline = wait ? clock_mono_ms() + wait : 0;
+    rcall_start(&px->c);
 }
 
 /* ---- routes --------------------------------------------------------------- */

@@ -141,11 +141,7 @@ static void http_send_start(send_job *job)
     c->nheaders = h->headers.count;
     c->body = h->sr.body;
     c->body_len = h->sr.body_len;
-    c->timeout_ms = up->timeout_ms;
-    c->max_response = up->max_response;
-    c->ca_file = up->ca_file;
-    c->tls_cert = up->tls_cert;
-    c->tls_key = up->tls_key;
+    upstream_call_init(c, up);
     c->done = http_send_done;
     c->ctx = job;
     if (outbound_submit(job->srv->ob, c) < 0)
