@@ -4,18 +4,22 @@
 #include "server/core/verdict.h"
 
 int verdict_record(once_store *st, metrics *m, const char *scope, const char *key, const char *token,
-                   const verdict *v)
+                   const verdict *v, once_cb cb, void *ctx)
 {
     switch (v->kind) {
-    case VERDICT_COMPLETED: return once_complete(st, scope, key, token, &v->resp, NULL);
+    case VERDICT_COMPLETED:
+        return cb ? once_complete_async(st, scope, key, token, &v->resp, NULL, cb, ctx)
+                  : once_complete(st, scope, key, token, &v->resp, NULL);
     case VERDICT_RELEASED:
         metrics_action(m, scope, MO_RELEASED);
-        return once_release(st, scope, key, token, v->why);
+        return cb ? once_release_async(st, scope, key, token, v->why, cb, ctx)
+                  : once_release(st, scope, key, token, v->why);
     case VERDICT_UNKNOWN: break;
     }
     /* Not knowing is unknown: never a resend. */
     metrics_action(m, scope, MO_UNKNOWN);
-    return once_mark_unknown(st, scope, key, token, v->why);
+    return cb ? once_mark_unknown_async(st, scope, key, token, v->why, cb, ctx)
+              : once_mark_unknown(st, scope, key, token, v->why);
 }
 
 const char *verdict_name(verdict_kind k)

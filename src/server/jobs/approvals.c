@@ -61,7 +61,7 @@ static void send_record(approvals *ap, approved_send *s)
     server *srv = ap->srv;
     const upstream_cfg *up = s->job.up;
     const verdict *v = &s->job.v;
-    int rc = verdict_record(srv->store, srv->metrics, up->name, s->res.action.key, s->res.token, v);
+    int rc = verdict_record(srv->store, srv->metrics, up->name, s->res.action.key, s->res.token, v, NULL, NULL);
     if (rc < 0)
         log_event("error", "scope %s: the outcome of an approved call could not be recorded (the action is held "
                   "once its lease runs out): %s", up->name, once_errdetail());

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/json_pointer.h"
 #include "common/looper.h"
+#include "server/core/stored_request.h"
 #include "server/core/upstream_rules.h"
 #include "server/core/log.h"
 #include "common/pct.h"
@@ -58,12 +59,12 @@ static void lookup_free(lookup *l)
 
 /* ---- the lookup request ---------------------------------------------------- */
 
-/* The value of a stored request header (meta: {"headers": [[n, v], …]}). */
-static const char *meta_header(json_t *meta, const char *name, size_t nlen)
+/* The value of a stored request header (headers: [[n, v], …], or NULL). */
+static const char *meta_header(json_t *headers, const char *name, size_t nlen)
 {
     size_t i;
     json_t *pair;
-    json_array_foreach(json_object_get(meta, "headers"), i, pair)
+    json_array_foreach(headers, i, pair)
     {
         const char *n = json_string_value(json_array_get(pair, 0));
         if (n && strlen(n) == nlen && strncasecmp(n, name, nlen) == 0)
@@ -79,17 +80,19 @@ static const char *meta_header(json_t *meta, const char *name, size_t nlen)
  * -1 with why when a field is missing or the URL cannot be built. */
 static int lookup_url(const upstream_cfg *up, const once_action *a, char **out, char *why, size_t whylen)
 {
-    json_t *meta = a->request ? json_loadb((const char *)a->request, a->request_len, JSON_DECODE_ANY, NULL) : NULL;
-    json_t *body = NULL;
-    if (json_object_get(meta, "target")) {
-        /* The proxy stores {method, target, headers, body}: fields come
-         * from the body it forwarded. */
-        const char *btext = json_string_value(json_object_get(meta, "body"));
-        if (btext)
-            body = json_loads(btext, JSON_DECODE_ANY, NULL);
-    } else if (meta) {
+    stored_request sr;
+    json_t *body = NULL, *headers = NULL;
+    char ignored[128];
+    int proxied = a->request && stored_request_decode(a->request, a->request_len, &sr, ignored, sizeof ignored) == 0;
+    if (proxied) {
+        /* The proxy's stored request (stored_request.h): fields come from
+         * the body it forwarded, text or base64. */
+        if (sr.body)
+            body = json_loadb((const char *)sr.body, sr.body_len, JSON_DECODE_ANY, NULL);
+        headers = sr.headers;
+    } else if (a->request) {
         /* The actions API stores the agent's "request" as it is. */
-        body = json_incref(meta);
+        body = json_loadb((const char *)a->request, a->request_len, JSON_DECODE_ANY, NULL);
     }
     buf path = {0};
     int rc = 0;
@@ -114,7 +117,7 @@ static int lookup_url(const upstream_cfg *up, const once_action *a, char **out, 
         } else if (flen == 5 && strncmp(f, "scope", 5) == 0) {
             v = a->scope;
         } else if (flen > 7 && strncmp(f, "header:", 7) == 0) {
-            v = meta_header(meta, f + 7, flen - 7);
+            v = meta_header(headers, f + 7, flen - 7);
         } else if (flen >= 5 && strncmp(f, "json:", 5) == 0) {
             char ptr[256];
             snprintf(ptr, sizeof ptr, "%.*s", (int)(flen - 5), f + 5);
@@ -130,7 +133,8 @@ static int lookup_url(const upstream_cfg *up, const once_action *a, char **out, 
         p = end + 1;
     }
     json_decref(body);
-    json_decref(meta);
+    if (proxied)
+        stored_request_free(&sr);
     if (rc == 0 && target_url(up->url, path.data ? (const char *)path.data : "", out, why, whylen) < 0)
         rc = -1;
     buf_free(&path);

@@ -167,18 +167,8 @@ void rcall_record(rcall *c, const verdict *v)
     rcall_lease_done(c);
     if (&c->v != v)
         c->v = *v;
-    once_store *st = c->srv->store;
-    const char *scope = c->up->name;
-    int rc;
-    switch (c->v.kind) {
-    case VERDICT_COMPLETED:
-        rc = once_complete_async(st, scope, c->key, c->res.token, &c->v.resp, NULL, on_recorded, c);
-        break;
-    case VERDICT_RELEASED:
-        rc = once_release_async(st, scope, c->key, c->res.token, c->v.why, on_recorded, c);
-        break;
-    default: rc = once_mark_unknown_async(st, scope, c->key, c->res.token, c->v.why, on_recorded, c); break;
-    }
+    /* The rooms count releases and unknowns as they answer: metrics NULL. */
+    int rc = verdict_record(c->srv->store, NULL, c->up->name, c->key, c->res.token, &c->v, on_recorded, c);
     if (rc < 0)
         on_recorded(c, rc, once_errdetail());
 }

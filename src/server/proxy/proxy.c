@@ -30,7 +30,7 @@
 #include "common/pct.h"
 #include "server/front/relay.h"
 #include "server/proxy/proxy.h"
-#include "server/proxy/stored_request.h"
+#include "server/core/stored_request.h"
 #include "server/pipeline/rcall.h"
 #include "server/core/services.h"
 #include "server/front/req.h"

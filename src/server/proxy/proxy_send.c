@@ -16,7 +16,7 @@
 #include "server/core/target.h"
 #include "server/core/upstream_rules.h"
 #include "server/proxy/proxy.h"
-#include "server/proxy/stored_request.h"
+#include "server/core/stored_request.h"
 
 typedef struct http_send {
     stored_request sr;

@@ -2,7 +2,7 @@
  * stored_request.c — a proxied request, written for the ledger and read
  * back (see stored_request.h).
  */
-#include "server/proxy/stored_request.h"
+#include "server/core/stored_request.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,8 @@
  * attempted); the sender of an approved action reads it back to send
  * exactly what the human saw. One file, so the two never drift apart.
  */
-#ifndef ONCE_SERVER_PROXY_STORED_REQUEST_H
-#define ONCE_SERVER_PROXY_STORED_REQUEST_H
+#ifndef ONCE_SERVER_CORE_STORED_REQUEST_H
+#define ONCE_SERVER_CORE_STORED_REQUEST_H
 
 #include <stddef.h>
 #include <stdint.h>
