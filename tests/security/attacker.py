@@ -9,6 +9,7 @@ accepted connection is recorded (peer address, the raw bytes it sent), and every
 request on it is parsed (method, target, headers, body) and answered 200 with a
 small JSON body. Only the standard library; every read is bounded in time.
 """
+import re
 import socket
 import threading
 import time
@@ -39,6 +40,13 @@ class Attacker:
         t = threading.Thread(target=self._accept_loop, name="attacker-accept", daemon=True)
         t.start()
         self._threads.append(t)
+        return self
+
+    def forget(self):
+        """Forgets every connection and request seen so far (a module-scoped server shared by tests)."""
+        with self._lock:
+            self.requests.clear()
+            self.connections.clear()
         return self
 
     def stop(self):
@@ -125,12 +133,13 @@ class Attacker:
         assert n == 0, self.summary()
 
 
-def _parse_one(buf):
-    """(request dict, rest) for the first complete request in buf, or (None, buf)."""
+def _parse_one(buf, line_end=rb"\r\n"):
+    """(request dict, rest) for the first complete request in buf, or (None, buf). line_end:
+    the regular expression a header line ends with (a lenient reader takes a bare CR too)."""
     head, sep, rest = buf.partition(b"\r\n\r\n")
     if not sep:
         return None, buf
-    lines = head.split(b"\r\n")
+    lines = re.split(line_end, head)
     parts = lines[0].decode("latin-1").split(" ")
     headers = []
     for ln in lines[1:]:
@@ -143,5 +152,6 @@ def _parse_one(buf):
     if len(rest) < length:
         return None, buf
     req = {"method": parts[0], "target": parts[1] if len(parts) > 1 else "",
-           "version": parts[2] if len(parts) > 2 else "", "headers": headers, "body": rest[:length]}
+           "version": parts[2] if len(parts) > 2 else "", "headers": headers, "body": rest[:length],
+           "head": head + b"\r\n\r\n"}
     return req, rest[length:]

@@ -11,10 +11,9 @@ It is an Attacker (a real HTTP server on 127.0.0.1 that records every byte) that
   header smuggled behind one shows up as a field of its own;
 - answers TRACE as RFC 9110 9.3.8 says: the request it received, as the body.
 """
-import re
 import urllib.parse
 
-from attacker import Attacker
+from attacker import Attacker, _parse_one
 
 
 def routed(target):
@@ -38,26 +37,10 @@ def routed(target):
 
 class LenientProvider(Attacker):
     def _parse(self, buf):
-        head, sep, rest = buf.partition(b"\r\n\r\n")
-        if not sep:
-            return None, buf
-        lines = re.split(rb"\r\n|\r|\n", head)
-        parts = lines[0].decode("latin-1").split(" ")
-        headers = []
-        for ln in lines[1:]:
-            name, _, value = ln.decode("latin-1").partition(":")
-            headers.append((name.strip(), value.strip()))
-        length = 0
-        for name, value in headers:
-            if name.lower() == "content-length" and value.isdigit():
-                length = int(value)
-        if len(rest) < length:
-            return None, buf
-        req = {"method": parts[0], "target": parts[1] if len(parts) > 1 else "",
-               "version": parts[2] if len(parts) > 2 else "", "headers": headers, "body": rest[:length],
-               "head": head + b"\r\n\r\n"}
-        req["routed"] = routed(req["target"])
-        return req, rest[length:]
+        req, rest = _parse_one(buf, line_end=rb"\r\n|\r|\n")
+        if req is not None:
+            req["routed"] = routed(req["target"])
+        return req, rest
 
     def _answer(self, req):
         if req["method"] == "TRACE":

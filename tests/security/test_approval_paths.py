@@ -44,10 +44,7 @@ def gw(tmp_path_factory, lenient):
 
 @pytest.fixture
 def provider(lenient):
-    with lenient._lock:
-        lenient.requests.clear()
-        lenient.connections.clear()
-    return lenient
+    return lenient.forget()
 
 
 def send(gw, method, target, key=None, body=b"{}"):

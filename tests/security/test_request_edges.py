@@ -51,10 +51,7 @@ def gw(tmp_path_factory, lenient, listen_port):
 
 @pytest.fixture
 def provider(lenient):
-    with lenient._lock:
-        lenient.requests.clear()
-        lenient.connections.clear()
-    return lenient
+    return lenient.forget()
 
 
 def exchange(port, data):
