@@ -831,13 +831,11 @@ static char *pg_in_schema(const th_env *e, const char *sql)
     return v;
 }
 
-/* A PostgreSQL schema at version 5 migrates: rows kept, and the old
- * once_reserve (of gateways not yet upgraded) answers a row awaiting
- * approval as the new one does instead of re-arming it. */
-static void test_migrate_pg(void **state)
+/* Rebuilds e's PostgreSQL schema as a database left at schema version
+ * (its steps 1..version) holding rows (SQL), then reopens the store on
+ * it, so that the migrations after version run on real old rows. */
+static void pg_schema_at(th_env *e, int version, const char *rows)
 {
-    th_env *e = *state;
-    assert_int_equal(pg_schema_latest(), 7);
     once_store_close(e->st);
     e->st = NULL;
     char sql[256];
@@ -846,14 +844,23 @@ static void test_migrate_pg(void **state)
     snprintf(sql, sizeof sql, "CREATE SCHEMA %s", e->schema);
     assert_int_equal(th_pg_exec(sql), 0);
     free(pg_in_schema(e, "CREATE TABLE once_schema (version INTEGER NOT NULL)"));
-    for (int n = 1; n <= OLD_VERSION; n++)
+    for (int n = 1; n <= version; n++)
         free(pg_in_schema(e, pg_schema_step(n)));
-    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", OLD_VERSION);
+    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", version);
     free(pg_in_schema(e, sql));
-    free(pg_in_schema(e, old_rows));
+    free(pg_in_schema(e, rows));
     free(pg_in_schema(e, "SELECT setval('actions_id_seq', 40)"));
-
     th_env_reopen(e);
+}
+
+/* A PostgreSQL schema at version 5 migrates: rows kept, and the old
+ * once_reserve (of gateways not yet upgraded) answers a row awaiting
+ * approval as the new one does instead of re-arming it. */
+static void test_migrate_pg(void **state)
+{
+    th_env *e = *state;
+    assert_int_equal(pg_schema_latest(), 7);
+    pg_schema_at(e, OLD_VERSION, old_rows);
     check_old_rows(e->st);
     char *v = pg_in_schema(e, "SELECT max(version)::text || ',' || (SELECT min(id) FROM actions WHERE key = 'new')"
                               " FROM once_schema");
@@ -968,22 +975,7 @@ static void test_migrate_sqlite_decided(void **state)
 static void test_migrate_pg_decided(void **state)
 {
     th_env *e = *state;
-    once_store_close(e->st);
-    e->st = NULL;
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    free(pg_in_schema(e, "CREATE TABLE once_schema (version INTEGER NOT NULL)"));
-    for (int n = 1; n <= PG_BEFORE_DECIDED; n++)
-        free(pg_in_schema(e, pg_schema_step(n)));
-    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", PG_BEFORE_DECIDED);
-    free(pg_in_schema(e, sql));
-    free(pg_in_schema(e, decided_rows));
-    free(pg_in_schema(e, "SELECT setval('actions_id_seq', 40)"));
-
-    th_env_reopen(e);
+    pg_schema_at(e, PG_BEFORE_DECIDED, decided_rows);
     check_decided_rows(e->st);
     char *v = pg_in_schema(e, "SELECT max(version)::text FROM once_schema");
     char want[16];

@@ -29,14 +29,21 @@ static const router *test_routes(void)
 
 /* ---- targets ----------------------------------------------------------- */
 
-static void expect_target(const char *target, target_verdict want)
+/* Asserts check's verdict on target, and that a refusal says why. */
+static void expect_verdict(target_verdict (*check)(const char *, char *, size_t), const char *target,
+                           target_verdict want)
 {
-    char why[160] = "";
-    target_verdict got = target_check(target, why, sizeof why);
+    char why[200] = "";
+    target_verdict got = check(target, why, sizeof why);
     if (got != want)
         fail_msg("target '%s': verdict %d, want %d (%s)", target, got, want, why);
     if (want != TARGET_OK && !why[0])
         fail_msg("target '%s': refused without a reason", target);
+}
+
+static void expect_target(const char *target, target_verdict want)
+{
+    expect_verdict(target_check, target, want);
 }
 
 static void test_target_accepts_paths(void **state)
@@ -83,12 +90,7 @@ static void test_target_refuses_dot_segments_behind_params(void **state)
 
 static void expect_ambiguous(const char *target, target_verdict want)
 {
-    char why[200] = "";
-    target_verdict got = target_ambiguous(target, why, sizeof why);
-    if (got != want)
-        fail_msg("target '%s': ambiguity verdict %d, want %d (%s)", target, got, want, why);
-    if (want != TARGET_OK && !why[0])
-        fail_msg("target '%s': refused without a reason", target);
+    expect_verdict(target_ambiguous, target, want);
 }
 
 /* Where path rules apply, a path some provider reads as another path is
