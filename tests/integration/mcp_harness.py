@@ -14,6 +14,7 @@ Both ends are the official MCP TypeScript SDK (tests/clients, `npm ci`):
 
 Everything listens on 127.0.0.1 and every wait is bounded.
 """
+import atexit
 import hashlib
 import json
 import re
@@ -21,6 +22,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -214,14 +216,19 @@ def stdio_command(workdir, extra=()):
     """(the `command =` value of an [mcp.X] section, EffectsFile): once spawns
     `node mcp_server.mjs --stdio --effects FILE` ("node" looked up in PATH, as the contract says).
     The contract splits the line on blanks without quoting, so every path must be blank-free;
-    a config line holds at most 198 characters, so the line keeps to absolute paths only where
-    needed and no calls file. extra: more arguments of mcp_server.mjs (--init-delay-ms N,
-    --linger, --pid-file F: a relative F is in the gateway's working directory)."""
+    a config line holds at most 198 characters, and neither the checkout's path nor pytest's
+    temporary directories are short everywhere (CI checks out deeper than a laptop does), so the
+    server script and the effects file are reached through a short directory under /tmp (a
+    symlink to the script; node resolves its imports from the real path). extra: more arguments
+    of mcp_server.mjs (--init-delay-ms N, --linger, --pid-file F: a relative F is in the
+    gateway's working directory). workdir is kept for the caller's other files."""
     node_or_skip()
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    files = EffectsFile(workdir / "fx.jsonl")
-    parts = ["node", str(SERVER_MJS), "--stdio", "--effects", str(files.effects_path)] + [str(x) for x in extra]
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    short = Path(tempfile.mkdtemp(prefix="mcp", dir="/tmp"))
+    atexit.register(shutil.rmtree, short, True)
+    (short / "s.mjs").symlink_to(SERVER_MJS)
+    files = EffectsFile(short / "fx.jsonl")
+    parts = ["node", str(short / "s.mjs"), "--stdio", "--effects", str(files.effects_path)] + [str(x) for x in extra]
     for p in parts:
         assert not re.search(r"\s", p), f"a blank in {p!r}: `command =` is split on blanks"
     line = " ".join(parts)
