@@ -4,6 +4,8 @@
  */
 #include "server/core/upstream_rules.h"
 
+#include "server/core/path_rule.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,53 +89,6 @@ upstream_outcome upstream_classify(const upstream_cfg *up, out_kind kind, long s
     return UPSTREAM_AMBIGUOUS;
 }
 
-/* Does s[0..n) match pattern, where '*' matches any run of characters
- * (slashes too), letters compared without case? Iterative, with one
- * backtrack point: linear enough for the short patterns of a config file. */
-static int glob_match(const char *pattern, const char *s, size_t n)
-{
-    const char *star = NULL;
-    size_t i = 0, mark = 0;
-    while (i < n) {
-        if (*pattern == '*') {
-            star = pattern++;
-            mark = i;
-        } else if (*pattern && tolower((unsigned char)*pattern) == tolower((unsigned char)s[i])) {
-            pattern++;
-            i++;
-        } else if (star) {
-            pattern = star + 1;
-            i = ++mark;
-        } else {
-            return 0;
-        }
-    }
-    while (*pattern == '*')
-        pattern++;
-    return *pattern == '\0';
-}
-
-/* The path as a router that cuts ";params" from each segment and ignores a
- * trailing '/' (Spring, Tomcat, many frameworks) would route it: into out
- * (n + 1 bytes), its length returned. */
-static size_t path_as_routed(const char *path, size_t n, char *out)
-{
-    size_t o = 0;
-    int cut = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (path[i] == '/')
-            cut = 0;
-        else if (path[i] == ';')
-            cut = 1;
-        if (!cut)
-            out[o++] = path[i];
-    }
-    if (o > 1 && out[o - 1] == '/')
-        o--;
-    out[o] = '\0';
-    return o;
-}
-
 void upstream_call_init(out_call *c, const upstream_cfg *up)
 {
     c->timeout_ms = up->timeout_ms;
@@ -150,30 +105,7 @@ int upstream_has_path_rules(const upstream_cfg *up)
 
 int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target)
 {
-    size_t plen = strcspn(target, "?");
-    size_t mlen = strlen(method);
-    /* A rule must hold however a provider routes the path: it is matched
-     * against the path as sent and as a lenient router reads it. A false
-     * match only asks a person, so a path that cannot be rewritten (out of
-     * memory) waits for one too. */
-    char *routed = up->napprove ? malloc(plen + 1) : NULL;
-    if (up->napprove && !routed)
-        return 1;
-    size_t rlen = routed ? path_as_routed(target, plen, routed) : 0;
-    int hit = 0;
-    for (size_t i = 0; i < up->napprove && !hit; i++) {
-        const char *rule = up->approve[i];
-        const char *sp = strchr(rule, ' ');
-        if (!sp)
-            continue;
-        size_t rl = (size_t)(sp - rule);
-        int method_ok = (rl == 1 && rule[0] == '*') || (rl == mlen && strncasecmp(rule, method, mlen) == 0);
-        /* "*" matches every target, an empty one included. */
-        hit = method_ok && (strcmp(sp + 1, "*") == 0 || glob_match(sp + 1, target, plen) ||
-                            glob_match(sp + 1, routed, rlen));
-    }
-    free(routed);
-    return hit;
+    return path_rule_any(up->approve, up->napprove, method, target, PATH_RULE_WIDE);
 }
 
 once_state upstream_outcome_state(upstream_outcome o)
