@@ -3,10 +3,11 @@
  *
  * Two holders share a stream: the producer (the proxy, until stream_end)
  * and libmicrohttpd (the response, until it is destroyed: the caller left
- * or everything was sent). The last one frees it. Everything below is
- * under the stream's mutex, including the calls that suspend or resume the
- * connection and the producer's resume callback, so that neither can run
- * against a holder that has let go.
+ * or everything was sent). The last one frees it (core/refcount.h: the
+ * count is atomic). Everything else below is under the stream's mutex,
+ * including the calls that suspend or resume the connection and the
+ * producer's resume callback, so that neither can run against a holder
+ * that has let go.
  */
 #include "server/front/stream.h"
 
@@ -16,6 +17,7 @@
 
 #include "common/buf.h"
 #include "common/check.h"
+#include "server/core/refcount.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
 #include "server/front/lot.h"
@@ -34,18 +36,16 @@ struct stream {
     int ended;
     int clean;
     int gone;        /* libmicrohttpd let go of the response */
-    int holders;
+    refcount holders; /* the producer and libmicrohttpd (core/refcount.h) */
     int drained;     /* not waited for by the drain at shutdown (stream_no_drain) */
     stream_resume_fn resume;
     void *ctx;
 };
 
+/* One of the two holders lets go; the last frees the stream. */
 static void stream_unhold(stream *s)
 {
-    pthread_mutex_lock(&s->mu);
-    int last = --s->holders == 0;
-    pthread_mutex_unlock(&s->mu);
-    if (!last)
+    if (!refcount_drop(&s->holders))
         return;
     buf_free(&s->unsent);
     pthread_mutex_destroy(&s->mu);
@@ -116,7 +116,7 @@ stream *stream_open(server *srv, struct MHD_Connection *conn, stream_resume_fn r
     s->conn = conn;
     s->resume = resume;
     s->ctx = ctx;
-    s->holders = 2;
+    refcount_init(&s->holders, 2);
     pthread_mutex_init(&s->mu, NULL);
     s->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s,
                                                 stream_response_freed);

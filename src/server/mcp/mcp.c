@@ -29,6 +29,7 @@
 #include "common/hex.h"
 #include "common/sse.h"
 #include "server/core/log.h"
+#include "server/core/refcount.h"
 #include "server/mcp/mcp_stdio.h"
 #include "server/front/relay.h"
 #include "server/core/services.h"
@@ -115,7 +116,7 @@ typedef struct mpass {
     req *r;          /* not to be read once a stream answered it */
     server *srv;
     mcp_rt *rt;
-    int holders;     /* the request, and a relayed stream until it ends */
+    refcount holders; /* the request, and a relayed stream until it ends (core/refcount.h) */
     char *method;
     out_headers headers;
     buf body;
@@ -128,10 +129,12 @@ typedef struct mpass {
     int watching;
 } mpass;
 
+/* A holder lets go (the request's req_state_free, or the end of a relayed
+ * stream): the last one frees. */
 static void mpass_free(void *arg)
 {
     mpass *p = arg;
-    if (!p || __atomic_sub_fetch(&p->holders, 1, __ATOMIC_ACQ_REL) > 0)
+    if (!p || !refcount_drop(&p->holders))
         return;
     if (p->watching)
         sse_parser_free(&p->watch);
@@ -177,7 +180,7 @@ static int pass_stream_start(out_call *c)
         stream_no_drain(p->stream); /* it has no end of its own */
     sse_parser_init(&p->watch, watch_event, p);
     p->watching = 1;
-    __atomic_add_fetch(&p->holders, 1, __ATOMIC_ACQ_REL);
+    refcount_hold(&p->holders);
     req_reply(p->r, (unsigned)c->status, resp); /* r may be gone from here on */
     return 1;
 }
@@ -265,7 +268,7 @@ static void pass_url(req *r, mcp_rt *rt, json_t *msg)
     p->r = r;
     p->srv = r->srv;
     p->rt = rt;
-    p->holders = 1;
+    refcount_init(&p->holders, 1);
     const char *method = json_string_value(json_object_get(msg, "method"));
     json_t *params = json_object_get(msg, "params");
     if (method && strcmp(method, "tools/list") == 0 && json_object_get(msg, "id")) {

@@ -31,22 +31,18 @@ void rcall_init(rcall *c, req *r, const upstream_cfg *up, const rcall_ops *ops)
     c->r = r;
     c->srv = r->srv;
     c->up = up;
-    c->holders = 1;
+    refcount_init(&c->holders, 1);
 }
 
 void rcall_hold(rcall *c)
 {
-    __atomic_add_fetch(&c->holders, 1, __ATOMIC_ACQ_REL);
+    refcount_hold(&c->holders);
 }
 
 void rcall_drop(void *arg)
 {
     rcall *c = arg;
-    if (!c)
-        return;
-    int left = __atomic_sub_fetch(&c->holders, 1, __ATOMIC_ACQ_REL);
-    ONCE_ASSERT(left >= 0); /* a drop without its hold */
-    if (left > 0)
+    if (!c || !refcount_drop(&c->holders))
         return;
     if (c->ops->free)
         c->ops->free(c);

@@ -18,6 +18,7 @@
 #include "once/once.h"
 #include "server/config/config.h"
 #include "server/core/leases.h"
+#include "server/core/refcount.h"
 #include "server/core/services.h"
 #include "server/core/verdict.h"
 #include "server/front/req.h"
@@ -52,7 +53,7 @@ struct rcall {
     req *r;              /* not to be read once a stream answered it */
     server *srv;
     const upstream_cfg *up;
-    int holders;         /* the request, and a streamed answer until it ends */
+    refcount holders;    /* the request, and a streamed answer until it ends */
     char key[ONCE_KEY_MAX + 1];
     char fp[65];         /* the request's fingerprint */
     once_reserve_req rreq;  /* scope, key, fingerprint and the room's limits; request_fn is the pipeline's */
