@@ -15,7 +15,7 @@
  * server's timeout) on the bridge's list, its connection parked; /readyz
  * asks mcp_ready whether every stdio server has started.
  */
-#include "server/core/upstream_rules.h"
+#include "server/core/upstream_call.h"
 #include "server/mcp/mcp.h"
 
 #include <stdarg.h>
@@ -285,13 +285,7 @@ static void pass_url(req *r, mcp_rt *rt, json_t *msg)
         return;
     }
     out_call *c = &p->call;
-    c->method = p->method;
-    c->url = up->url;
-    c->headers = (const char *const *)p->headers.lines;
-    c->nheaders = p->headers.count;
-    c->body = p->body.data;
-    c->body_len = p->body.len;
-    upstream_call_init(c, up);
+    upstream_call_request(c, up, p->method, up->url, &p->headers, p->body.data, p->body.len);
     if (strcmp(r->method, "GET") == 0)
         c->timeout_ms = 0; /* the standing GET stream lasts as long as the agent keeps it */
     c->stream = p->learn ? NULL : &pass_hooks;

@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "common/sse.h"
-#include "server/core/upstream_rules.h"
+#include "server/core/upstream_call.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
 #include "server/mcp/mcp.h"
@@ -415,13 +415,7 @@ static void on_url_done(out_call *c)
 static void forward_url(mcall *mc)
 {
     out_call *c = &mc->call;
-    c->method = "POST";
-    c->url = mc->c.up->url;
-    c->headers = (const char *const *)mc->headers.lines;
-    c->nheaders = mc->headers.count;
-    c->body = mc->body.data;
-    c->body_len = mc->body.len;
-    upstream_call_init(c, mc->c.up);
+    upstream_call_request(c, mc->c.up, "POST", mc->c.up->url, &mc->headers, mc->body.data, mc->body.len);
     c->stream = &url_hooks;
     c->done = on_url_done;
     c->ctx = mc;

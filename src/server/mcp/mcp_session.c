@@ -19,7 +19,7 @@
 #include "common/clock.h"
 #include "common/sse.h"
 #include "once/once.h"
-#include "server/core/upstream_rules.h"
+#include "server/core/upstream_call.h"
 #include "server/mcp/mcp.h"
 #include "server/mcp/mcp_stdio.h"
 #include "server/front/relay.h"
@@ -94,13 +94,8 @@ static int session_send(session *s, const char *body, out_call *c)
               relay_injected_headers(up, &h) < 0;
     waited w;
     waited_init(&w);
-    c->method = body ? "POST" : "DELETE";
-    c->url = up->url;
-    c->headers = (const char *const *)h.lines;
-    c->nheaders = h.count;
-    c->body = (const uint8_t *)body;
-    c->body_len = body ? strlen(body) : 0;
-    upstream_call_init(c, up);
+    upstream_call_request(c, up, body ? "POST" : "DELETE", up->url, &h, (const uint8_t *)body,
+                          body ? strlen(body) : 0);
     c->done = on_http_done;
     c->ctx = &w;
     int rc = bad ? -1 : outbound_submit(s->rt->srv->ob, c);

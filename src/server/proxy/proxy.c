@@ -36,6 +36,7 @@
 #include "server/front/req.h"
 #include "server/front/stream.h"
 #include "server/core/target.h"
+#include "server/core/upstream_call.h"
 #include "server/core/upstream_rules.h"
 
 
@@ -495,13 +496,7 @@ static void forward(proxy *px, out_done_fn done)
 {
     req *r = px->c.r;
     out_call *c = &px->call;
-    upstream_call_init(c, px->c.up);
-    c->method = px->method;
-    c->url = px->url;
-    c->headers = (const char *const *)px->headers.lines;
-    c->nheaders = px->headers.count;
-    c->body = r->body.data;
-    c->body_len = r->body.len;
+    upstream_call_request(c, px->c.up, px->method, px->url, &px->headers, r->body.data, r->body.len);
     c->stream = &stream_hooks;
     c->done = done;
     c->ctx = px;

@@ -14,6 +14,7 @@
 #include "server/core/services.h"
 #include "server/front/req.h"
 #include "server/core/target.h"
+#include "server/core/upstream_call.h"
 #include "server/core/upstream_rules.h"
 #include "server/proxy/proxy.h"
 #include "server/core/stored_request.h"
@@ -135,13 +136,7 @@ static void http_send_start(send_job *job)
     const upstream_cfg *up = job->up;
     h->hold = leases_hold(job->srv->leases, up->name, job->res->action.key, job->res->token, up->lease_ms);
     out_call *c = &h->call;
-    c->method = h->sr.method;
-    c->url = h->url;
-    c->headers = (const char *const *)h->headers.lines;
-    c->nheaders = h->headers.count;
-    c->body = h->sr.body;
-    c->body_len = h->sr.body_len;
-    upstream_call_init(c, up);
+    upstream_call_request(c, up, h->sr.method, h->url, &h->headers, h->sr.body, h->sr.body_len);
     c->done = http_send_done;
     c->ctx = job;
     if (outbound_submit(job->srv->ob, c) < 0)
