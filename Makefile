@@ -23,9 +23,12 @@ build-asan: deps
 	  -DONCE_FAULT_INJECTION=ON >/dev/null
 	@ninja -C $(ASAN_BUILD) -j $(JOBS)
 
-# The gateway on SQLite with examples/once.ini, in front of a fake provider.
+# The gateway on SQLite with examples/once.ini, in front of a fake provider;
+# EXAMPLE=approvals|keys|webhooks|mcp|mcp-stdio: examples/$(EXAMPLE).ini and
+# the fakes it needs, for the walkthrough of its doc.
+EXAMPLE    ?=
 run: build
-	@bash scripts/run $(BUILD)
+	@bash scripts/run $(BUILD) $(EXAMPLE)
 
 # A simulated agent with retries and crashes against a fake provider, without
 # once and through it: the duplicates each way, and what is left to a human.
