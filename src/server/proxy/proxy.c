@@ -199,19 +199,23 @@ static int stored_request_differs(const proxy *px)
     return fp && strcmp(fp, px->c.fp) != 0;
 }
 
-/* A payload that differs from the stored request: refused (on_mismatch =
- * reject), else answered as the stored request is, flagged. 1 when
- * answered. */
-static int reply_mismatch_refused(proxy *px)
+/* The start of an answer from a row a human decides (awaiting approval,
+ * denied): a payload that differs from the stored request is refused
+ * (on_mismatch = reject), else answered as the stored request is, flagged;
+ * the answer's outcome is noted and counted. 1 when refused (answered). */
+static int reply_decision_refused(proxy *px, const char *outcome, metric_outcome mo)
 {
-    if (!stored_request_differs(px))
-        return 0;
-    metrics_action(px->c.srv->metrics, px->c.up->name, MO_MISMATCH);
-    if (px->c.up->on_mismatch != MISMATCH_REJECT)
-        return 0;
-    req_problem(px->c.r, 422, "payload_mismatch", "Payload mismatch", NULL,
-                "this key was first used with a different request; only that request can be approved");
-    return 1;
+    if (stored_request_differs(px)) {
+        metrics_action(px->c.srv->metrics, px->c.up->name, MO_MISMATCH);
+        if (px->c.up->on_mismatch == MISMATCH_REJECT) {
+            req_problem(px->c.r, 422, "payload_mismatch", "Payload mismatch", NULL,
+                        "this key was first used with a different request; only that request can be approved");
+            return 1;
+        }
+    }
+    px->c.r->outcome = outcome;
+    metrics_action(px->c.srv->metrics, px->c.up->name, mo);
+    return 0;
 }
 
 /* 202: stored, waiting for a human (docs/approvals.md). The body and the
@@ -219,10 +223,8 @@ static int reply_mismatch_refused(proxy *px)
 static void reply_awaiting(proxy *px)
 {
     req *r = px->c.r;
-    if (reply_mismatch_refused(px))
+    if (reply_decision_refused(px, "awaiting_approval", MO_AWAITING))
         return;
-    r->outcome = "awaiting_approval";
-    metrics_action(px->c.srv->metrics, px->c.up->name, MO_AWAITING);
     const once_action *a = &px->c.res.action;
     json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:o}", "state", "awaiting_approval", "scope", px->c.up->name, "key",
                           px->c.key, "approved", a->approved_at > 0, "decide_by",
@@ -255,10 +257,8 @@ static void reply_awaiting(proxy *px)
 static void reply_denied(proxy *px)
 {
     req *r = px->c.r;
-    if (reply_mismatch_refused(px))
+    if (reply_decision_refused(px, "denied", MO_DENIED))
         return;
-    r->outcome = "denied";
-    metrics_action(px->c.srv->metrics, px->c.up->name, MO_DENIED);
     const char *note = px->c.res.action.note ? px->c.res.action.note : "";
     req_problem(r, 403, "denied", "Denied", json_pack("{s:s, s:s}", "state", "denied", "note", note),
                 "this request was not approved (%s); it is not sent", note[0] ? note : "no note");
