@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "json/action_json.h"
+#include "json/json_items.h"
 #include "common/key_template.h"
-#include "common/pct.h"
 #include "server/actions/actions.h"
 #include "server/jobs/approvals.h"
 #include "server/core/services.h"
@@ -81,6 +81,39 @@ static act *act_new(req *r)
     act *a = req_state_new(r, sizeof *a, act_free);
     if (a)
         a->r = r;
+    return a;
+}
+
+/* The {scope} and {key} segments of the path, each percent-decoded on its
+ * own (so %2F stays inside a key) and validated. 0, or answered and -1. */
+static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
+{
+    if (req_path_pair(r, scope, scap, key, kcap, "a scope or key") < 0)
+        return -1;
+    int rc = once_scope_validate(scope);
+    if (rc == ONCE_OK)
+        rc = once_key_validate(key);
+    if (rc < 0) {
+        act_fail(r, rc, once_errdetail());
+        return -1;
+    }
+    return 0;
+}
+
+/* The state of a route under /v1/actions/{scope}/{key}: the action the
+ * path names, validated and noted for the log line. NULL when answered. */
+static act *act_at(req *r)
+{
+    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
+    if (path_name(r, scope, sizeof scope, key, sizeof key) < 0)
+        return NULL;
+    act *a = act_new(r);
+    if (!a)
+        return NULL;
+    /* Both were validated, so they fit. */
+    memcpy(a->scope, scope, strlen(scope) + 1);
+    memcpy(a->key, key, strlen(key) + 1);
+    req_note_key(r, a->scope, a->key);
     return a;
 }
 
@@ -331,22 +364,28 @@ static void actions_reserve(req *r)
 
 /* ---- complete / release / unknown ------------------------------------------ */
 
-static void reply_record(req *r, const once_action *a);
-
-/* On the worker: the record as it is now (after a settle, so the agent
+/* On the worker: the action as it is now. After a settle (so the agent
  * needs no second round trip; the store writer that ran on_settled must not
- * read). */
+ * read), for GET /v1/actions/{scope}/{key}, and after a human's decision
+ * (resolve, approve, deny). */
 static void record_job(void *arg)
 {
     act *a = arg;
+    req *r = a->r;
     once_action rec;
-    int rc = once_get(a->r->srv->store, a->scope, a->key, &rec);
+    int rc = once_get(r->srv->store, a->scope, a->key, &rec);
     if (rc < 0) {
-        act_fail(a->r, rc, once_errdetail());
+        act_fail(r, rc, once_errdetail());
         return;
     }
-    reply_record(a->r, &rec);
+    json_t *o = NULL;
+    rc = action_json_from(&rec, &o);
     once_action_free(&rec);
+    if (rc < 0) {
+        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render the action");
+        return;
+    }
+    req_json(r, 200, o);
 }
 
 static void on_settled(void *ctx, int rc, const char *detail)
@@ -424,42 +463,21 @@ static void actions_renew(req *r)
 
 /* ---- reads ------------------------------------------------------------------ */
 
-static void reply_record(req *r, const once_action *a)
-{
-    json_t *o = NULL;
-    if (action_json_from(a, &o) < 0) {
-        req_problem(r, 500, "internal", "Internal error", NULL, "cannot render the action");
-        return;
-    }
-    req_json(r, 200, o);
-}
-
-/* After a human's decision (resolve, approve, deny), on the worker: the
- * action as it is now. */
-static void reply_current(req *r, const char *scope, const char *key)
-{
-    once_action rec;
-    int rc = once_get(r->srv->store, scope, key, &rec);
-    if (rc < 0) {
-        act_fail(r, rc, once_errdetail());
-        return;
-    }
-    reply_record(r, &rec);
-    once_action_free(&rec);
-}
-
 /* GET /v1/actions/{scope}/{key}: read and rendered on the worker. */
-static void actions_get(req *r, const char *scope, const char *key)
+static void actions_get(req *r)
 {
-    act *a = act_new(r);
+    act *a = act_at(r);
     if (!a)
         return;
-    /* Both were validated by the caller, so they fit. */
-    memcpy(a->scope, scope, strlen(scope) + 1);
-    memcpy(a->key, key, strlen(key) + 1);
-    req_note_key(r, scope, key);
     if (worker_run(r->srv->worker, record_job, a) < 0)
         req_not_started(r, "out of memory");
+}
+
+/* An action of a page, as GET /v1/actions/{scope}/{key} shows it. */
+static int action_item(const void *ctx, size_t i, json_t **out)
+{
+    const once_action_list *l = ctx;
+    return action_json_from(&l->items[i], out);
 }
 
 /* On the worker: one page, bounded in rows and bytes (ONCE_PAGE_BYTES). */
@@ -473,35 +491,23 @@ static void list_job(void *arg)
         act_fail(r, rc, once_errdetail());
         return;
     }
-    json_t *items = json_array();
-    for (size_t i = 0; items && i < l.count; i++) {
-        json_t *o = NULL;
-        if (action_json_from(&l.items[i], &o) < 0 || json_array_append_new(items, o) < 0) {
-            json_decref(items);
-            items = NULL;
-        }
-    }
-    json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", l.next[0] ? l.next : NULL) : NULL;
+    req_json_page(r, json_items(l.count, action_item, &l), l.next);
     once_action_list_free(&l);
-    if (!body) {
-        req_out_of_memory(r);
-        return;
-    }
-    req_json(r, 200, body);
 }
 
-static void actions_list(req *r, const char *query)
+/* GET /v1/actions?status=&scope=&limit=&after= */
+static void actions_list(req *r)
 {
     act *a = act_new(r);
     if (!a)
         return;
+    const char *query = r->match.query;
     char status[32];
     once_list_req lr = {0};
-    int hs, hsc, ha;
+    int hs, hsc;
     if ((hs = req_query_param(r, query, "status", status, sizeof status)) < 0 ||
         (hsc = req_query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
-        req_query_limit(r, query, &lr.limit) < 0 ||
-        (ha = req_query_param(r, query, "after", a->after, sizeof a->after)) < 0)
+        req_query_page(r, query, &lr.limit, a->after, sizeof a->after, &lr.cursor) < 0)
         return;
     if (hs && once_state_parse(status, &lr.state) < 0) {
         req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
@@ -509,8 +515,6 @@ static void actions_list(req *r, const char *query)
     }
     if (hsc)
         lr.scope = a->lscope;
-    if (ha)
-        lr.cursor = a->after;
     a->lreq = lr;
     if (worker_run(r->srv->worker, list_job, a) < 0)
         req_not_started(r, "out of memory");
@@ -527,18 +531,16 @@ static void resolve_job(void *arg)
         act_fail(r, rc, once_errdetail());
         return;
     }
-    reply_current(r, a->scope, a->key);
+    record_job(a);
 }
 
-static void actions_resolve(req *r, const char *scope, const char *key)
+/* POST /v1/actions/{scope}/{key}/resolve {"outcome", "provider_id"?,
+ * "note"?}: a human settles an unknown or held action. */
+static void actions_resolve(req *r)
 {
-    act *a = act_new(r);
+    act *a = act_at(r);
     if (!a || body_parse(a) < 0)
         return;
-    /* Both were validated by the caller, so they fit. */
-    memcpy(a->scope, scope, strlen(scope) + 1);
-    memcpy(a->key, key, strlen(key) + 1);
-    req_note_key(r, scope, key);
     const char *outcome;
     if (member_str(a, "outcome", 1, &outcome) < 0 || member_str(a, "provider_id", 0, &a->provider_id) < 0 ||
         member_str(a, "note", 0, &a->text) < 0)
@@ -580,24 +582,16 @@ static void decide_job(void *arg)
         approvals_kick(srv->approvals); /* sent within this round, not the next */
     else
         metrics_approval(srv->metrics, a->scope, MA_DENIED, 1);
-    reply_current(r, a->scope, a->key);
+    record_job(a);
 }
-
-static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap);
 
 /* POST /v1/actions/{scope}/{key}/approve|deny {"note"?}: an empty body is
  * no note. */
 static void actions_decide(req *r, int approve)
 {
-    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
-    if (path_name(r, scope, sizeof scope, key, sizeof key) < 0)
-        return;
-    act *a = act_new(r);
+    act *a = act_at(r);
     if (!a)
         return;
-    memcpy(a->scope, scope, strlen(scope) + 1);
-    memcpy(a->key, key, strlen(key) + 1);
-    req_note_key(r, scope, key);
     if (r->body.len > 0 && (body_parse(a) < 0 || member_str(a, "note", 0, &a->text) < 0))
         return;
     a->approve = approve;
@@ -632,45 +626,6 @@ static void actions_unknown(req *r)
     actions_settle(r, "unknown");
 }
 
-/* The {scope} and {key} segments of the path, each percent-decoded on its
- * own (so %2F stays inside a key) and validated. 0, or answered and -1. */
-static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
-{
-    const route_match *m = &r->match;
-    if (pct_decode(m->seg[0], m->seglen[0], scope, scap) < 0 || pct_decode(m->seg[1], m->seglen[1], key, kcap) < 0) {
-        req_problem(r, 400, "bad_request", "Bad request", NULL,
-                    "malformed percent-encoding, or a scope or key that is too long");
-        return -1;
-    }
-    int rc = once_scope_validate(scope);
-    if (rc == ONCE_OK)
-        rc = once_key_validate(key);
-    if (rc < 0) {
-        act_fail(r, rc, once_errdetail());
-        return -1;
-    }
-    return 0;
-}
-
-static void actions_get_route(req *r)
-{
-    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
-    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
-        actions_get(r, scope, key);
-}
-
-static void actions_resolve_route(req *r)
-{
-    char scope[ONCE_SCOPE_MAX + 2], key[ONCE_KEY_MAX + 2];
-    if (path_name(r, scope, sizeof scope, key, sizeof key) == 0)
-        actions_resolve(r, scope, key);
-}
-
-static void actions_list_route(req *r)
-{
-    actions_list(r, r->match.query);
-}
-
 /* Paths beyond what any action can name are refused before reading. */
 static int actions_admit(req *r, problem *p)
 {
@@ -681,7 +636,7 @@ static int actions_admit(req *r, problem *p)
 
 const route actions_routes[] = {
     {.pattern = "/v1/actions", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"GET", actions_list_route}, {"POST", actions_reserve}}},
+     .methods = {{"GET", actions_list}, {"POST", actions_reserve}}},
     {.pattern = "/v1/actions/complete", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
      .methods = {{"POST", actions_complete}}},
     {.pattern = "/v1/actions/release", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
@@ -691,9 +646,9 @@ const route actions_routes[] = {
     {.pattern = "/v1/actions/renew", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
      .methods = {{"POST", actions_renew}}},
     {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"GET", actions_get_route}}},
+     .methods = {{"GET", actions_get}}},
     {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
-     .methods = {{"POST", actions_resolve_route}}},
+     .methods = {{"POST", actions_resolve}}},
     {.pattern = "/v1/actions/{}/{}/approve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
      .methods = {{"POST", actions_approve_route}}},
     {.pattern = "/v1/actions/{}/{}/deny", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,

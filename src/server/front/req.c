@@ -270,3 +270,40 @@ int req_query_limit(req *r, const char *query, size_t *limit)
     *limit = (size_t)v;
     return 1;
 }
+
+/* Every listing pages the same way (GET /v1/actions, GET /v1/events): one
+ * reading of limit and after, in that order. */
+int req_query_page(req *r, const char *query, size_t *limit, char *after, size_t cap, const char **cursor)
+{
+    int has;
+    if (req_query_limit(r, query, limit) < 0 || (has = req_query_param(r, query, "after", after, cap)) < 0)
+        return -1;
+    if (has)
+        *cursor = after;
+    return 0;
+}
+
+/* Every listing answers one shape: its items and the cursor of the next
+ * page. */
+void req_json_page(req *r, json_t *items, const char *next)
+{
+    json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", next && next[0] ? next : NULL) : NULL;
+    if (!body) {
+        req_out_of_memory(r);
+        return;
+    }
+    req_json(r, 200, body);
+}
+
+/* The routes that name a record by two path segments (an action's scope
+ * and key, an event's source and id) decode them alike. */
+int req_path_pair(req *r, char *a, size_t acap, char *b, size_t bcap, const char *what)
+{
+    const route_match *m = &r->match;
+    if (pct_decode(m->seg[0], m->seglen[0], a, acap) < 0 || pct_decode(m->seg[1], m->seglen[1], b, bcap) < 0) {
+        req_problem(r, 400, "bad_request", "Bad request", NULL, "malformed percent-encoding, or %s that is too long",
+                    what);
+        return -1;
+    }
+    return 0;
+}

@@ -155,4 +155,21 @@ int req_query_param(req *r, const char *query, const char *name, char *out, size
  * absent). 1 given, 0 absent, -1 bad (answered 400 invalid_request). */
 int req_query_limit(req *r, const char *query, size_t *limit);
 
+/* The paging of a listing's query: limit=N into *limit (req_query_limit),
+ * then after=CURSOR percent-decoded into after (cap bytes) and *cursor
+ * pointed at it; each untouched when absent. 0, or -1 (answered 400
+ * invalid_request). */
+int req_query_page(req *r, const char *query, size_t *limit, char *after, size_t cap, const char **cursor);
+
+/* Answers a listing's page: 200 {"items": items, "next": next, or null
+ * when it is NULL or ""}. items is consumed; NULL (it could not be
+ * rendered) answers 500 out of memory. Any thread. */
+void req_json_page(req *r, json_t *items, const char *next);
+
+/* The two {} segments of the route's path, each percent-decoded on its own
+ * (so an encoded '/' stays inside its segment) into a (acap bytes) and b
+ * (bcap). 0, or -1 answered 400 bad_request: "malformed percent-encoding,
+ * or WHAT that is too long" (what names both: "a scope or key"). */
+int req_path_pair(req *r, char *a, size_t acap, char *b, size_t bcap, const char *what);
+
 #endif

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/pct.h"
 #include "json/event_json.h"
+#include "json/json_items.h"
 #include "server/hooks/hooks.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
@@ -38,8 +38,24 @@ static void events_fail(req *r, int rc)
     }
 }
 
-/* On the worker: one page of events, as the inbox and `once hooks ls
- * --json` show them (never a receipt: it would let its reader settle). */
+/* The state of either route, freed with its request. */
+static evq *evq_new(req *r)
+{
+    evq *q = req_state_new(r, sizeof *q, free);
+    if (q)
+        q->r = r;
+    return q;
+}
+
+/* An event of a page as the inbox and `once hooks ls --json` show it
+ * (never a receipt: it would let its reader settle). */
+static int event_item(const void *ctx, size_t i, json_t **out)
+{
+    const once_event_list *l = ctx;
+    return event_json_from(&l->items[i], 0, out);
+}
+
+/* On the worker: one page of events. */
 static void list_job(void *arg)
 {
     evq *q = arg;
@@ -50,37 +66,22 @@ static void list_job(void *arg)
         events_fail(r, rc);
         return;
     }
-    json_t *items = json_array();
-    for (size_t i = 0; items && i < l.count; i++) {
-        json_t *o = NULL;
-        if (event_json_from(&l.items[i], 0, &o) < 0 || json_array_append_new(items, o) < 0) {
-            json_decref(items);
-            items = NULL;
-        }
-    }
-    json_t *body = items ? json_pack("{s:o, s:s?}", "items", items, "next", l.next[0] ? l.next : NULL) : NULL;
+    req_json_page(r, json_items(l.count, event_item, &l), l.next);
     once_event_list_free(&l);
-    if (!body) {
-        req_out_of_memory(r);
-        return;
-    }
-    req_json(r, 200, body);
 }
 
 /* GET /v1/events?source=&status=&limit=&after= */
 static void events_list(req *r)
 {
-    evq *q = req_state_new(r, sizeof *q, free);
+    evq *q = evq_new(r);
     if (!q)
         return;
-    q->r = r;
     const char *query = r->match.query;
     char status[32];
-    int hs, hsrc, ha;
+    int hs, hsrc;
     if ((hsrc = req_query_param(r, query, "source", q->source, sizeof q->source)) < 0 ||
         (hs = req_query_param(r, query, "status", status, sizeof status)) < 0 ||
-        req_query_limit(r, query, &q->lreq.limit) < 0 ||
-        (ha = req_query_param(r, query, "after", q->after, sizeof q->after)) < 0)
+        req_query_page(r, query, &q->lreq.limit, q->after, sizeof q->after, &q->lreq.cursor) < 0)
         return;
     if (hs && once_event_state_parse(status, &q->lreq.state) < 0) {
         req_problem(r, 400, "invalid_request", "Invalid request", NULL, "'status' must be pending, delivered or dead");
@@ -88,8 +89,6 @@ static void events_list(req *r)
     }
     if (hsrc)
         q->lreq.source = q->source;
-    if (ha)
-        q->lreq.cursor = q->after;
     if (worker_run(r->srv->worker, list_job, q) < 0)
         req_not_started(r, "out of memory");
 }
@@ -125,17 +124,10 @@ static void redeliver_job(void *arg)
  * its own (an event id may hold an encoded '/'). */
 static void events_redeliver(req *r)
 {
-    evq *q = req_state_new(r, sizeof *q, free);
-    if (!q)
+    evq *q = evq_new(r);
+    if (!q || req_path_pair(r, q->source, sizeof q->source, q->event_id, sizeof q->event_id,
+                            "a source or event id") < 0)
         return;
-    q->r = r;
-    const route_match *m = &r->match;
-    if (pct_decode(m->seg[0], m->seglen[0], q->source, sizeof q->source) < 0 ||
-        pct_decode(m->seg[1], m->seglen[1], q->event_id, sizeof q->event_id) < 0) {
-        req_problem(r, 400, "bad_request", "Bad request", NULL,
-                    "malformed percent-encoding, or a source or event id that is too long");
-        return;
-    }
     if (worker_run(r->srv->worker, redeliver_job, q) < 0)
         req_not_started(r, "out of memory");
 }

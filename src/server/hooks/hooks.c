@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "json/event_json.h"
+#include "json/json_items.h"
 #include "common/json_pointer.h"
 #include "server/hooks/hooks.h"
 #include "server/core/worker.h"
@@ -318,6 +319,13 @@ static void inbox_free(void *arg)
     free(ib);
 }
 
+/* A claimed event with its receipt: the agent settles it with that. */
+static int claimed_item(const void *ctx, size_t i, json_t **out)
+{
+    const once_event_list *l = ctx;
+    return event_json_from(&l->items[i], 1, out);
+}
+
 static void inbox_claim(inbox *ib)
 {
     req *r = ib->r;
@@ -327,14 +335,7 @@ static void inbox_claim(inbox *ib)
         req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
         return;
     }
-    json_t *events = json_array();
-    for (size_t i = 0; events && i < l.count; i++) {
-        json_t *o = NULL;
-        if (event_json_from(&l.items[i], 1, &o) < 0 || json_array_append_new(events, o) < 0) {
-            json_decref(events);
-            events = NULL;
-        }
-    }
+    json_t *events = json_items(l.count, claimed_item, &l);
     once_event_list_free(&l);
     if (!events) {
         /* The claims stand and expire after their lease: redelivered then. */
