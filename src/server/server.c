@@ -329,14 +329,14 @@ out:
     if (ndaemons)
         lot_drain(&parking, cfg->grace_ms);
     waiters_stop(srv.waiters);
-    delivery_quiesce(&srv);
-    reconciler_quiesce(srv.reconciler);
-    approvals_quiesce(srv.approvals);
+    looper_job_quiesce(srv.delivery);
+    looper_job_quiesce(srv.reconciler);
+    looper_job_quiesce(srv.approvals);
     outbound_stop(srv.ob); /* what still runs is recorded as released or unknown */
     mcp_stop(&srv);        /* and what runs on a stdio MCP server */
-    delivery_stop(&srv);   /* settles the deliveries the stop aborted */
-    reconciler_stop(srv.reconciler);
-    approvals_stop(srv.approvals); /* records what the stop cut */
+    looper_job_stop(srv.delivery); /* settles the deliveries the stop aborted */
+    looper_job_stop(srv.reconciler);
+    looper_job_stop(srv.approvals); /* records what the stop cut */
     worker_stop(srv.worker);
     leases_free(srv.leases); /* every call has ended: nothing is held any more */
     srv.leases = NULL;
@@ -350,7 +350,9 @@ out:
     mcp_free(&srv);
     waiters_free(srv.waiters);
     worker_free(srv.worker);
-    delivery_free(&srv);
+    looper_job_free(srv.delivery);
+    looper_job_free(srv.reconciler);
+    looper_job_free(srv.approvals);
     looper_stop(&lp.thread);
     looper_close(&lp.thread);
     hooks_stop(&srv);

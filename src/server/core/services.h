@@ -20,9 +20,7 @@
 
 typedef struct waiters waiters;
 typedef struct worker worker;
-typedef struct delivery delivery;
-typedef struct reconciler reconciler;
-typedef struct approvals approvals;
+typedef struct looper_job looper_job; /* common/looper.h */
 typedef struct guard guard;
 typedef struct leases leases;
 typedef struct lot lot;
@@ -44,9 +42,9 @@ struct server {
     waiters *waiters;
     worker *worker;
     source_rt *sources;  /* one per cfg->sources (hooks) */
-    delivery *delivery;
-    reconciler *reconciler;
-    approvals *approvals;  /* sends what humans approved; NULL without approve rules */
+    looper_job *delivery;   /* pushes webhook events (hooks/delivery.c); NULL without deliver_to */
+    looper_job *reconciler; /* provider lookups (jobs/reconciler.c); NULL without a lookup */
+    looper_job *approvals;  /* sends what humans approved; NULL without approve rules */
     guard *guard;
     leases *leases;        /* the leases of this node's calls in flight, renewed */
     struct mcp_rt *mcp;    /* MCP servers' runtimes, parallel to cfg->upstreams (mcp.h) */

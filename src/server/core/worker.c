@@ -2,18 +2,20 @@
  * worker.c — a few threads for the calls an HTTP thread must not make: a
  * human's resolve and inbox claims commit synchronously; lists and records
  * read (on PostgreSQL, over the network) and build answers of megabytes.
- * Jobs start in order; stop runs what is queued, then joins.
+ * Jobs start in order (the queue is common/looper.h's); stop runs what is
+ * queued, then joins.
  */
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "common/looper.h"
 #include "server/core/services.h"
 #include "server/core/worker.h"
 
 #define WORKER_THREADS 2
 
 typedef struct job {
-    struct job *next;
+    looper_item item; /* first: queued */
     void (*fn)(void *);
     void *arg;
 } job;
@@ -21,26 +23,25 @@ typedef struct job {
 struct worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *head, *tail;
+    looper_fifo queue; /* of job */
     int stop;
     size_t nthreads;
     pthread_t threads[WORKER_THREADS];
 };
 
+/* One worker thread: runs the queued jobs in order until stopped and the
+ * queue is empty. */
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     pthread_setname_np(pthread_self(), "once-worker");
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->head && !w->stop)
+        while (!w->queue.head && !w->stop)
             pthread_cond_wait(&w->cv, &w->mu);
-        job *j = w->head;
+        job *j = (job *)looper_fifo_pop(&w->queue);
         if (!j)
             break;
-        w->head = j->next;
-        if (!w->head)
-            w->tail = NULL;
         pthread_mutex_unlock(&w->mu);
         j->fn(j->arg);
         free(j);
@@ -50,6 +51,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Stops the threads once the queue is empty (what is queued still runs)
+ * and joins them; worker_run refuses from now on. */
 static void worker_join(worker *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -106,11 +109,7 @@ int worker_run(worker *w, void (*fn)(void *), void *arg)
         free(j);
         return -1;
     }
-    if (w->tail)
-        w->tail->next = j;
-    else
-        w->head = j;
-    w->tail = j;
+    looper_fifo_push(&w->queue, &j->item);
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return 0;

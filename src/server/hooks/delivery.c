@@ -8,7 +8,8 @@
  * results the outbound thread queues back: 2xx is delivered; anything else
  * is retried after base * 2^(attempt-1) with full jitter, capped, until
  * max_attempts, then dead. Delivery is at-least-once with a stable
- * Once-Event-Id: the agent dedupes its own actions with it.
+ * Once-Event-Id: the agent dedupes its own actions with it. The thread is a
+ * looper_job (common/looper.h): its stop waits for every call in flight.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,28 +29,12 @@
 
 typedef struct job {
     looper_item item; /* first: posted back by the outbound thread */
-    delivery *d;
+    looper_job *loop; /* the delivery thread's, to which the call comes back */
     source_rt *src;
     once_event ev;
     out_headers headers;
     out_call call;
 } job;
-
-/* running and wake_at belong to the loop thread. */
-struct delivery {
-    server *srv;
-    looper loop;
-    size_t running;  /* calls handed to the outbound client */
-    int64_t wake_at; /* the earliest retry due (ms since epoch); 0 = none known */
-};
-
-/* Remembers that a retry falls due at ms, so the loop wakes for it rather
- * than at its next idle tick (a 50 ms retry_base must mean 50 ms). */
-static void wake_for(delivery *d, int64_t ms)
-{
-    if (d->wake_at == 0 || ms < d->wake_at)
-        d->wake_at = ms;
-}
 
 static void job_free(job *j)
 {
@@ -64,7 +49,7 @@ static void job_free(job *j)
 static void on_delivered(out_call *c)
 {
     job *j = c->ctx;
-    looper_post(&j->d->loop, &j->item, 1);
+    looper_job_back(j->loop, &j->item);
 }
 
 /* Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))]. */
@@ -81,9 +66,11 @@ static int64_t backoff_ms(const source_cfg *sc, int64_t attempt)
     return delay > 0 ? (int64_t)(rnd % (uint64_t)(delay + 1)) : 0;
 }
 
-static void settle(delivery *d, job *j)
+/* On the delivery thread: records how one delivery went, and when it is
+ * retried. */
+static void settle(looper_job *loop, job *j)
 {
-    server *srv = d->srv;
+    server *srv = looper_job_arg(loop);
     const source_cfg *sc = j->src->cfg;
     out_call *c = &j->call;
     int ok = c->kind == OUT_ANSWERED && c->status >= 200 && c->status < 300;
@@ -101,7 +88,7 @@ static void settle(delivery *d, job *j)
         int64_t delay = dead ? 0 : backoff_ms(sc, j->ev.attempt);
         rc = once_event_retry(srv->store, sc->name, j->ev.receipt, delay, dead, why);
         if (!dead)
-            wake_for(d, once_now_ms() + delay);
+            looper_job_due(loop, delay); /* a 50 ms retry_base must mean 50 ms, not the next idle tick */
         metrics_delivery(srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
         if (dead)
             log_event("warn", "source %s: event %s is dead after %lld attempts: %s", sc->name, j->ev.event_id,
@@ -113,7 +100,6 @@ static void settle(delivery *d, job *j)
         log_event("error", "source %s: event %s: cannot record the delivery: %s", sc->name, j->ev.event_id,
                   once_errdetail());
     j->src->in_flight--;
-    d->running--;
 }
 
 static int header_add(job *j, const char *name, const char *value)
@@ -121,15 +107,18 @@ static int header_add(job *j, const char *name, const char *value)
     return out_headers_add(&j->headers, name, value);
 }
 
-static int job_start(delivery *d, source_rt *src, once_event *ev)
+/* Hands one claimed event's POST to the outbound client; one that cannot
+ * start is given back as a failed attempt. */
+static int job_start(looper_job *loop, source_rt *src, once_event *ev)
 {
+    server *srv = looper_job_arg(loop);
     const source_cfg *sc = src->cfg;
     job *j = calloc(1, sizeof *j);
     if (!j) {
         once_event_free(ev);
         return -1;
     }
-    j->d = d;
+    j->loop = loop;
     j->src = src;
     j->ev = *ev; /* takes ownership */
     memset(ev, 0, sizeof *ev);
@@ -159,28 +148,31 @@ static int job_start(delivery *d, source_rt *src, once_event *ev)
     c->done = on_delivered;
     c->ctx = j;
     FAULT_POINT("before_delivery");
-    if (bad || outbound_submit(d->srv->ob, c) < 0) {
+    if (bad || outbound_submit(srv->ob, c) < 0) {
         /* Not sent: the claim is given back now rather than at its lease,
          * and it counts as an attempt, so a delivery that can never start
          * ends dead instead of spinning. */
         int dead = j->ev.attempt >= sc->max_attempts;
-        if (once_event_retry(d->srv->store, sc->name, j->ev.receipt, dead ? 0 : backoff_ms(sc, j->ev.attempt), dead,
+        if (once_event_retry(srv->store, sc->name, j->ev.receipt, dead ? 0 : backoff_ms(sc, j->ev.attempt), dead,
                              "the gateway could not start the delivery") < 0)
             log_event("error", "source %s: event %s: cannot give the claim back (it ends with its lease): %s",
                       sc->name, j->ev.event_id, once_errdetail());
-        metrics_delivery(d->srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
+        metrics_delivery(srv->metrics, sc->name, dead ? MD_DEAD : MD_RETRIED);
         job_free(j);
         return -1;
     }
     src->in_flight++;
-    d->running++;
+    looper_job_handed(loop);
     FAULT_POINT("during_delivery");
     return 0;
 }
 
-static void claim_due(delivery *d)
+/* A running round: claims what is due of every source with room, and
+ * looks again after IDLE_WAIT_MS (another node's events are found by
+ * polling), sooner when a retry falls due (looper_job_due). */
+static int64_t claim_due(looper_job *loop)
 {
-    server *srv = d->srv;
+    server *srv = looper_job_arg(loop);
     for (size_t i = 0; i < srv->cfg->nsources; i++) {
         source_rt *src = &srv->sources[i];
         const source_cfg *sc = src->cfg;
@@ -194,73 +186,29 @@ static void claim_due(delivery *d)
             continue;
         }
         for (size_t k = 0; k < l.count; k++)
-            job_start(d, src, &l.items[k]);
+            job_start(loop, src, &l.items[k]);
         once_event_list_free(&l);
     }
+    return IDLE_WAIT_MS;
 }
 
-/* One round: settles the calls that finished, then (unless quiesced)
- * claims what is due, and sleeps until the earliest known retry, at most
- * IDLE_WAIT_MS (another node's events are found by polling). Stopping ends
- * once no call is in flight. */
-static int64_t delivery_round(void *arg, looper_phase phase, looper_item *posted)
+/* A call came back: settled, while stopping too (an aborted call is a
+ * failed attempt, retried later). */
+static void job_settle(looper_job *loop, looper_phase phase, looper_item *it)
 {
-    delivery *d = arg;
-    for (looper_item *i = posted, *next; i; i = next) {
-        next = i->next;
-        settle(d, (job *)i);
-        job_free((job *)i);
-    }
-    if (phase != LOOPER_RUNNING)
-        return phase == LOOPER_STOPPING && d->running == 0 ? LOOPER_DONE : LOOPER_IDLE;
-    claim_due(d);
-    int64_t now = once_now_ms(), wait_ms = IDLE_WAIT_MS;
-    if (d->wake_at) {
-        wait_ms = d->wake_at <= now ? 0 : d->wake_at - now < IDLE_WAIT_MS ? d->wake_at - now : IDLE_WAIT_MS;
-        if (d->wake_at <= now + IDLE_WAIT_MS)
-            d->wake_at = 0; /* this wait covers it */
-    }
-    return wait_ms;
+    (void)phase;
+    settle(loop, (job *)it);
+    job_free((job *)it);
 }
+
+static const looper_job_ops delivery_ops = {.name = "once-delivery", .claim = claim_due, .settle = job_settle};
 
 int delivery_start(server *srv)
 {
-    delivery *d = calloc(1, sizeof *d);
-    if (!d)
-        return -1;
-    d->srv = srv;
-    if (looper_start(&d->loop, "once-delivery", delivery_round, d) < 0) {
-        free(d);
-        return -1;
-    }
-    srv->delivery = d;
-    return 0;
+    return looper_job_start(&delivery_ops, srv, &srv->delivery);
 }
 
 void delivery_kick(server *srv)
 {
-    if (srv->delivery)
-        looper_kick(&srv->delivery->loop);
-}
-
-void delivery_quiesce(server *srv)
-{
-    if (srv->delivery)
-        looper_quiesce(&srv->delivery->loop);
-}
-
-void delivery_stop(server *srv)
-{
-    if (srv->delivery)
-        looper_stop(&srv->delivery->loop);
-}
-
-void delivery_free(server *srv)
-{
-    delivery *d = srv->delivery;
-    if (!d)
-        return;
-    srv->delivery = NULL;
-    looper_close(&d->loop);
-    free(d);
+    looper_job_kick(srv->delivery);
 }

@@ -29,15 +29,12 @@ void hooks_stop(server *srv);
 
 /* The push loop: claims due events of every source with deliver_to and
  * POSTs them to the agent through the outbound client, with exponential
- * backoff and full jitter, until delivered or dead. */
+ * backoff and full jitter, until delivered or dead. It is srv->delivery, a
+ * looper_job: looper_job_quiesce stops claiming (before outbound_stop),
+ * looper_job_stop settles what the aborted calls reported and joins (after
+ * it), looper_job_free frees it once no HTTP thread can kick it. 0 or -1. */
 int delivery_start(server *srv);
 /* Wakes the loop (a new event arrived). Any thread. */
 void delivery_kick(server *srv);
-/* Stops claiming; call before outbound_stop. */
-void delivery_quiesce(server *srv);
-/* Settles what the aborted calls reported and joins; after outbound_stop. */
-void delivery_stop(server *srv);
-/* Frees it once no HTTP thread can kick it (after the daemons stopped). */
-void delivery_free(server *srv);
 
 #endif

@@ -13,8 +13,11 @@
  * as the proxy classifies it. Its verdict comes back here, on this thread,
  * and is recorded with the claim's token (core/verdict.h). The agent's next
  * retry gets the recorded answer replayed. No send blocks this thread.
+ *
+ * The thread is a looper_job (common/looper.h): it counts the sends between
+ * send_start and their record, and its stopping rounds end only once every
+ * send the stop cut is recorded.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,30 +28,22 @@
 #include "server/core/sender.h"
 #include "server/core/verdict.h"
 #include "server/jobs/approvals.h"
+#include "server/jobs/jobs.h"
 
 #define CLAIM_MAX 16 /* per upstream and round: a round stays short */
 
 typedef struct approved_send {
     looper_item item; /* first: posted back by whichever thread the send ended on */
-    struct approvals *ap;
+    looper_job *job;  /* the approvals thread's, to which the send comes back */
     once_reservation res; /* the claim: its token and the stored request */
-    send_job job;
+    send_job send;
     int posts; /* times the sender said done: once (asserted where it is recorded) */
 } approved_send;
 
-/* running belongs to the loop thread: it counts the sends between
- * send_start and their record, so it is never below zero, and the stopping
- * rounds end only at zero (every send cut by the stop is recorded). */
-struct approvals {
-    server *srv;
-    looper loop;
-    size_t running; /* sends handed to a sender and not yet recorded */
-};
-
 static void send_free(approved_send *s)
 {
-    if (s->job.free_fn)
-        s->job.free_fn(&s->job);
+    if (s->send.free_fn)
+        s->send.free_fn(&s->send);
     once_reservation_free(&s->res);
     free(s);
 }
@@ -56,38 +51,36 @@ static void send_free(approved_send *s)
 /* On the approvals thread: records the verdict under the claim's token. A
  * record that fails leaves the row pending: its lease runs out and it is
  * held, never sent again. */
-static void send_record(approvals *ap, approved_send *s)
+static void send_record(server *srv, approved_send *s)
 {
-    server *srv = ap->srv;
-    const upstream_cfg *up = s->job.up;
-    const verdict *v = &s->job.v;
+    const upstream_cfg *up = s->send.up;
+    const verdict *v = &s->send.v;
     int rc = verdict_record(srv->store, srv->metrics, up->name, s->res.action.key, s->res.token, v, NULL, NULL);
     if (rc < 0)
         log_event("error", "scope %s: the outcome of an approved call could not be recorded (the action is held "
                   "once its lease runs out): %s", up->name, once_errdetail());
     else
-        log_event("info", "scope %s: approved %s sent: %s%s%s", up->name, s->job.what[0] ? s->job.what : "action",
+        log_event("info", "scope %s: approved %s sent: %s%s%s", up->name, s->send.what[0] ? s->send.what : "action",
                   verdict_name(v->kind), v->kind == VERDICT_COMPLETED ? "" : ": ",
-                  v->kind == VERDICT_COMPLETED ? "" : s->job.log_why);
+                  v->kind == VERDICT_COMPLETED ? "" : s->send.log_why);
 }
 
 /* Any thread: the send ended; its verdict is recorded on the approvals
  * thread. */
-static void on_send_done(send_job *job)
+static void on_send_done(send_job *send)
 {
-    approved_send *s = job->ctx;
+    approved_send *s = send->ctx;
     /* A second done would post the item again while it is on the loop's
      * list (or freed): the send would be recorded twice. */
     ONCE_ASSERT(s->posts == 0);
     s->posts++;
-    looper_post(&s->ap->loop, &s->item, 1);
+    looper_job_back(s->job, &s->item);
 }
 
 /* Hands one claimed action to the sender of its kind of scope. */
-static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *res)
+static void send_start(looper_job *job, const upstream_cfg *up, once_reservation *res)
 {
-    server *srv = ap->srv;
-    ONCE_ASSERT_THREAD(ap->loop.thread); /* running is the loop thread's */
+    server *srv = looper_job_arg(job);
     const sender *snd = srv->senders[scope_kind_of(up)];
     ONCE_ASSERT(snd != NULL); /* server.c registers one per kind */
     approved_send *s = calloc(1, sizeof *s);
@@ -98,93 +91,62 @@ static void send_start(approvals *ap, const upstream_cfg *up, once_reservation *
         once_reservation_free(res);
         return;
     }
-    s->ap = ap;
+    s->job = job;
     s->res = *res;
     memset(res, 0, sizeof *res);
-    s->job = (send_job){.srv = srv, .up = up, .res = &s->res, .done = on_send_done, .ctx = s};
+    s->send = (send_job){.srv = srv, .up = up, .res = &s->res, .done = on_send_done, .ctx = s};
     metrics_approval(srv->metrics, up->name, MA_APPROVED, 1);
-    ap->running++;
-    snd->start(&s->job);
+    looper_job_handed(job);
+    snd->start(&s->send);
 }
 
-/* Takes up to CLAIM_MAX approved actions of each upstream with rules. */
-static void claim_approved(approvals *ap)
+/* Whether an upstream's actions may wait for a human (it has approve
+ * rules): only those are ever approved, so only they are claimed. */
+static int has_approvals(const upstream_cfg *up)
 {
-    server *srv = ap->srv;
+    return up->napprove > 0 || up->approve_destructive;
+}
+
+/* A running round: takes up to CLAIM_MAX approved actions of each upstream
+ * with rules, and looks again after loop_interval. */
+static int64_t claim_approved(looper_job *job)
+{
+    server *srv = looper_job_arg(job);
     for (size_t i = 0; i < srv->cfg->nupstreams; i++) {
         const upstream_cfg *up = &srv->cfg->upstreams[i];
-        for (int n = 0; (up->napprove > 0 || up->approve_destructive) && n < CLAIM_MAX; n++) {
+        for (int n = 0; has_approvals(up) && n < CLAIM_MAX; n++) {
             once_reservation res;
             int rc = once_approval_claim(srv->store, up->name, up->lease_ms, &res);
             if (rc < 0)
                 log_event("error", "scope %s: cannot take approved actions: %s", up->name, once_errdetail());
             if (rc != 1)
                 break;
-            send_start(ap, up, &res);
+            send_start(job, up, &res);
         }
     }
+    return srv->cfg->loop_interval_ms;
 }
 
-/* One round: records the sends that finished (while stopping too: a call
- * the stop cut is released or unknown as the proxy's are), then (unless
- * quiesced) takes the approved actions. */
-static int64_t approvals_round(void *arg, looper_phase phase, looper_item *posted)
+/* A send came back: its verdict is recorded, while stopping too (a call the
+ * stop cut is released or unknown as the proxy's are). */
+static void send_settle(looper_job *job, looper_phase phase, looper_item *it)
 {
-    approvals *ap = arg;
-    ONCE_ASSERT_THREAD(ap->loop.thread);
-    for (looper_item *i = posted, *next; i; i = next) {
-        next = i->next;
-        approved_send *s = (approved_send *)i;
-        /* Posted once, by its own done, and started here: recorded once. */
-        ONCE_ASSERT(s->ap == ap && s->posts == 1);
-        ONCE_ASSERT(ap->running > 0);
-        send_record(ap, s);
-        ap->running--;
-        send_free(s);
-    }
-    if (phase != LOOPER_RUNNING)
-        return phase == LOOPER_STOPPING && ap->running == 0 ? LOOPER_DONE : LOOPER_IDLE;
-    claim_approved(ap);
-    return ap->srv->cfg->loop_interval_ms;
+    approved_send *s = (approved_send *)it;
+    (void)phase;
+    /* Posted once, by its own done, and started here: recorded once. */
+    ONCE_ASSERT(s->job == job && s->posts == 1);
+    send_record(looper_job_arg(job), s);
+    send_free(s);
 }
 
-int approvals_start(server *srv, approvals **out)
+static const looper_job_ops approvals_ops = {.name = "once-approvals", .claim = claim_approved, .settle = send_settle};
+
+int approvals_start(server *srv, looper_job **out)
 {
-    *out = NULL;
-    int any = 0;
-    for (size_t i = 0; i < srv->cfg->nupstreams; i++)
-        any |= srv->cfg->upstreams[i].napprove > 0 || srv->cfg->upstreams[i].approve_destructive;
-    if (!any)
-        return 0;
-    approvals *ap = calloc(1, sizeof *ap);
-    if (!ap)
-        return -1;
-    ap->srv = srv;
-    if (looper_start(&ap->loop, "once-approvals", approvals_round, ap) < 0) {
-        free(ap);
-        return -1;
-    }
-    *out = ap;
-    return 0;
+    return jobs_start(srv, has_approvals, &approvals_ops, out);
 }
 
-void approvals_kick(approvals *ap)
+void approvals_kick(looper_job *approvals)
 {
-    if (ap)
-        looper_kick(&ap->loop);
-}
-
-void approvals_quiesce(approvals *ap)
-{
-    if (ap)
-        looper_quiesce(&ap->loop);
-}
-
-void approvals_stop(approvals *ap)
-{
-    if (!ap)
-        return;
-    looper_stop(&ap->loop);
-    looper_close(&ap->loop);
-    free(ap);
+    looper_job_kick(approvals);
 }

@@ -9,7 +9,8 @@
  * provider id (retries replay it); absent -> released (the next attempt may
  * send); anything else -> tried again after lookup_backoff, doubling, and
  * held for a human after lookup_attempts. Each step lands in the action's
- * trail (`once show`).
+ * trail (`once show`). The thread is a looper_job (common/looper.h): its
+ * stop waits for every lookup in flight to come back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "server/core/upstream_rules.h"
 #include "server/core/log.h"
 #include "common/pct.h"
+#include "server/jobs/jobs.h"
 #include "server/jobs/reconciler.h"
 #include "server/core/target.h"
 
@@ -35,19 +37,12 @@
 
 typedef struct lookup {
     looper_item item; /* first: posted back by the outbound thread */
-    struct reconciler *rc;
+    looper_job *job;  /* the reconciler's, to which the call comes back */
     const upstream_cfg *up;
     once_action action;
     char *url;
     out_call call;
 } lookup;
-
-/* running belongs to the loop thread. */
-struct reconciler {
-    server *srv;
-    looper loop;
-    size_t running; /* lookups handed to the outbound client */
-};
 
 static void lookup_free(lookup *l)
 {
@@ -192,10 +187,9 @@ static lookup_finding lookup_verdict(const upstream_cfg *up, const out_call *c, 
     return v;
 }
 
-/* On the reconciler thread: record what one lookup found. */
-static void lookup_settle(reconciler *r, lookup *l)
+/* On the reconciler thread: records what one lookup found. */
+static void lookup_record(server *srv, lookup *l)
 {
-    server *srv = r->srv;
     const upstream_cfg *up = l->up;
     once_action *a = &l->action;
     char pid[ONCE_PROVIDER_ID_MAX + 1] = "", why[300] = "", step[400];
@@ -234,17 +228,20 @@ static void lookup_settle(reconciler *r, lookup *l)
 static void on_lookup_done(out_call *c)
 {
     lookup *l = c->ctx;
-    looper_post(&l->rc->loop, &l->item, 1);
+    looper_job_back(l->job, &l->item);
 }
 
-static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
+/* Hands one claimed action's lookup to the outbound client; one that cannot
+ * be built is held at once. */
+static void lookup_start(looper_job *job, const upstream_cfg *up, once_action *a)
 {
+    server *srv = looper_job_arg(job);
     lookup *l = calloc(1, sizeof *l);
     if (!l) {
         once_action_free(a);
         return;
     }
-    l->rc = r;
+    l->job = job;
     l->up = up;
     l->action = *a;
     memset(a, 0, sizeof *a);
@@ -254,10 +251,10 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
         /* A lookup that cannot even be asked is held at once. */
         char step[400];
         snprintf(step, sizeof step, "lookup impossible: %s", why);
-        if (once_reconcile_failed(r->srv->store, up->name, l->action.key, 0, 1, step) < 0)
+        if (once_reconcile_failed(srv->store, up->name, l->action.key, 0, 1, step) < 0)
             log_event("error", "upstream %s: %s: cannot hold the action (it is claimed again later): %s", up->name,
                       l->action.key, once_errdetail());
-        metrics_reconcile(r->srv->metrics, up->name, MR_HELD);
+        metrics_reconcile(srv->metrics, up->name, MR_HELD);
         lookup_free(l);
         return;
     }
@@ -270,19 +267,28 @@ static void lookup_start(reconciler *r, const upstream_cfg *up, once_action *a)
     upstream_call_init(c, up);
     c->done = on_lookup_done;
     c->ctx = l;
-    if (outbound_submit(r->srv->ob, c) < 0) {
+    if (outbound_submit(srv->ob, c) < 0) {
         lookup_free(l); /* the claim runs out; another round asks again */
         return;
     }
-    r->running++;
+    looper_job_handed(job);
 }
 
-static void claim_due(reconciler *r)
+/* Whether an upstream has a provider lookup: only its unknown actions are
+ * this job's (the background loop holds the others for a human). */
+static int has_lookup(const upstream_cfg *up)
 {
-    server *srv = r->srv;
+    return up->lookup_method != NULL;
+}
+
+/* A running round: claims the unknown actions whose lookup is due, and
+ * looks again after IDLE_WAIT_MS. */
+static int64_t claim_due(looper_job *job)
+{
+    server *srv = looper_job_arg(job);
     for (size_t i = 0; i < srv->cfg->nupstreams; i++) {
         const upstream_cfg *up = &srv->cfg->upstreams[i];
-        if (!up->lookup_method)
+        if (!has_lookup(up))
             continue;
         once_action_list l;
         /* The claim outlives the lookup call, so no other node asks too. */
@@ -305,64 +311,26 @@ static void claim_due(reconciler *r)
             if (a->error && strcmp(a->error, ONCE_REASON_LEASE_EXPIRED) == 0 &&
                 once_now_ms() - a->updated_at < up->timeout_ms + up->lookup_backoff_ms)
                 continue;
-            lookup_start(r, up, a);
+            lookup_start(job, up, a);
         }
         once_action_list_free(&l);
     }
-}
-
-/* One round: records the lookups that finished, then (unless quiesced)
- * claims the unknown actions whose lookup is due. Stopping records only
- * lookups that were answered (an aborted one is asked again by the next
- * gateway) and ends once none is in flight. */
-static int64_t reconciler_round(void *arg, looper_phase phase, looper_item *posted)
-{
-    reconciler *r = arg;
-    for (looper_item *i = posted, *next; i; i = next) {
-        next = i->next;
-        lookup *l = (lookup *)i;
-        if (phase != LOOPER_STOPPING || l->call.kind == OUT_ANSWERED)
-            lookup_settle(r, l);
-        r->running--;
-        lookup_free(l);
-    }
-    if (phase != LOOPER_RUNNING)
-        return phase == LOOPER_STOPPING && r->running == 0 ? LOOPER_DONE : LOOPER_IDLE;
-    claim_due(r);
     return IDLE_WAIT_MS;
 }
 
-int reconciler_start(server *srv, reconciler **out)
+/* A lookup came back. Stopping records only lookups that were answered (an
+ * aborted one is asked again by the next gateway). */
+static void lookup_settle(looper_job *job, looper_phase phase, looper_item *it)
 {
-    *out = NULL;
-    int any = 0;
-    for (size_t i = 0; i < srv->cfg->nupstreams; i++)
-        any |= srv->cfg->upstreams[i].lookup_method != NULL;
-    if (!any)
-        return 0;
-    reconciler *r = calloc(1, sizeof *r);
-    if (!r)
-        return -1;
-    r->srv = srv;
-    if (looper_start(&r->loop, "once-reconciler", reconciler_round, r) < 0) {
-        free(r);
-        return -1;
-    }
-    *out = r;
-    return 0;
+    lookup *l = (lookup *)it;
+    if (phase != LOOPER_STOPPING || l->call.kind == OUT_ANSWERED)
+        lookup_record(looper_job_arg(job), l);
+    lookup_free(l);
 }
 
-void reconciler_quiesce(reconciler *r)
-{
-    if (r)
-        looper_quiesce(&r->loop);
-}
+static const looper_job_ops reconciler_ops = {.name = "once-reconciler", .claim = claim_due, .settle = lookup_settle};
 
-void reconciler_stop(reconciler *r)
+int reconciler_start(server *srv, looper_job **out)
 {
-    if (!r)
-        return;
-    looper_stop(&r->loop);
-    looper_close(&r->loop);
-    free(r);
+    return jobs_start(srv, has_lookup, &reconciler_ops, out);
 }

@@ -4,17 +4,13 @@
 #ifndef ONCE_SERVER_RECONCILER_H
 #define ONCE_SERVER_RECONCILER_H
 
+#include "common/looper.h"
 #include "server/core/services.h"
 
-typedef struct reconciler reconciler;
-
-/* Starts the reconciler when an upstream has a lookup (*out stays NULL
- * otherwise). 0 or -1. */
-int reconciler_start(server *srv, reconciler **out);
-/* Stops claiming; call before outbound_stop. */
-void reconciler_quiesce(reconciler *r);
-/* Settles what the stopped calls reported (only real answers count) and
- * joins; after outbound_stop. NULL is fine. */
-void reconciler_stop(reconciler *r);
+/* Starts the reconciler, a looper_job, when an upstream has a lookup (*out
+ * stays NULL otherwise). 0 or -1. Stopping: looper_job_quiesce (stops
+ * claiming) before outbound_stop; looper_job_stop after it (settles what the
+ * stopped calls reported: only real answers count); then looper_job_free. */
+int reconciler_start(server *srv, looper_job **out);
 
 #endif
