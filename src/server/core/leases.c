@@ -139,9 +139,7 @@ int leases_start(once_store *store, leases **out)
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     if (looper_start(&l->renewer, "once-leases", leases_round, l) < 0) {
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
-        free(l);
+        leases_free(l); /* nothing held, no renewer: it only destroys and frees */
         return -1;
     }
     *out = l;

@@ -161,7 +161,7 @@ int waiters_start(server *srv, waiters **out)
         return -1;
     w->srv = srv;
     if (looper_start(&w->loop, "once-waiters", waiters_round, w) < 0) {
-        free(w);
+        waiters_free(w); /* nothing waits, no thread: it only frees */
         return -1;
     }
     *out = w;

@@ -269,8 +269,7 @@ int guard_start(unsigned per_client, unsigned per_loopback, int64_t request_ms, 
     g->idle_ms = idle_ms;
     pthread_mutex_init(&g->mu, NULL);
     if (looper_start(&g->reaper, "once-reaper", guard_reap, g) < 0) {
-        pthread_mutex_destroy(&g->mu);
-        free(g);
+        guard_free(g); /* no connection, no reaper: it only destroys and frees */
         return -1;
     }
     *out = g;
