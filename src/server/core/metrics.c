@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,31 +230,31 @@ void metrics_webhook(metrics *m, const char *source, metric_webhook w)
     count(&scope_get(m, source)->webhooks[w]);
 }
 
-void metrics_delivery(metrics *m, const char *source, metric_delivery d)
+/* Adds n to counter i (of count) of the array at offset field of a
+ * scope's stats: the rarer per-scope counters, kept under the mutex. */
+static void scope_add(metrics *m, const char *scope, size_t field, size_t i, size_t count, unsigned long long n)
 {
-    if (!m || d >= MD_COUNT)
+    if (!m || i >= count || n == 0)
         return;
     pthread_mutex_lock(&m->mu);
-    scope_find(m, source)->deliveries[d]++;
+    unsigned long long *counters = (unsigned long long *)((char *)scope_find(m, scope) + field);
+    counters[i] += n;
     pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_delivery(metrics *m, const char *source, metric_delivery d)
+{
+    scope_add(m, source, offsetof(scope_stats, deliveries), d, MD_COUNT, 1);
 }
 
 void metrics_reconcile(metrics *m, const char *scope, metric_reconcile r)
 {
-    if (!m || r >= MR_COUNT)
-        return;
-    pthread_mutex_lock(&m->mu);
-    scope_find(m, scope)->reconciles[r]++;
-    pthread_mutex_unlock(&m->mu);
+    scope_add(m, scope, offsetof(scope_stats, reconciles), r, MR_COUNT, 1);
 }
 
 void metrics_approval(metrics *m, const char *scope, metric_approval a, size_t n)
 {
-    if (!m || a >= MA_COUNT || n == 0)
-        return;
-    pthread_mutex_lock(&m->mu);
-    scope_find(m, scope)->approvals[a] += n;
-    pthread_mutex_unlock(&m->mu);
+    scope_add(m, scope, offsetof(scope_stats, approvals), a, MA_COUNT, n);
 }
 
 void metrics_approval_oldest(metrics *m, long long created_at_ms)
@@ -265,11 +266,8 @@ void metrics_approval_oldest(metrics *m, long long created_at_ms)
 
 void metrics_tokens_saved(metrics *m, const char *scope, long long tokens)
 {
-    if (!m || tokens <= 0)
-        return;
-    pthread_mutex_lock(&m->mu);
-    scope_find(m, scope)->tokens_saved += (unsigned long long)tokens;
-    pthread_mutex_unlock(&m->mu);
+    if (tokens > 0)
+        scope_add(m, scope, offsetof(scope_stats, tokens_saved), 0, 1, (unsigned long long)tokens);
 }
 
 void metrics_webhook_ack(metrics *m, double seconds)
