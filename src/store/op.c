@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void store_op_fail(store_op *op, int code, const char *fmt, ...)
 {
@@ -46,6 +47,24 @@ void store_op_void(store_op *op, int code, const char *fmt, ...)
     op->rc = code;
 }
 
+/* Both stores answer a new attempt alike (a reservation that went ahead, an
+ * approved action claimed): one place says what the caller gets. */
+void store_op_reserved(store_op *op, int64_t attempt, int64_t lease_expires_at)
+{
+    once_reservation *r = op->res;
+    r->status = ONCE_RESERVED;
+    memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
+    r->attempt = attempt;
+    r->lease_expires_at = lease_expires_at;
+}
+
+/* Both stores read the claimed row back; its attempt and lease are the
+ * claim's. */
+void store_op_claimed(store_op *op)
+{
+    store_op_reserved(op, op->res->action.attempt, op->res->action.lease_expires_at);
+    op->rc = 1;
+}
 
 int store_op_result(store_op *op)
 {

@@ -117,6 +117,16 @@ int store_op_result(store_op *op);
  * found that the reserve must write. */
 int store_reserve_request(once_reserve_req *r);
 
+/* The answer to a reservation or an approval's claim that wrote a new
+ * attempt: RESERVED under op's token, with the attempt's number and the end
+ * of its lease (op->res). */
+void store_op_reserved(store_op *op, int64_t attempt, int64_t lease_expires_at);
+
+/* The end of an approval's claim that took a row, read back into
+ * op->res->action: RESERVED (store_op_reserved) with the row's attempt and
+ * lease, and op->rc 1 (one action claimed). */
+void store_op_claimed(store_op *op);
+
 /* Fails op with code and a detail. */
 void store_op_fail(store_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -145,10 +145,7 @@ static void decode_reserve(store_op *op, const PGresult *res)
     }
     once_reservation *r = op->res;
     if (strcmp(ans, "reserved") == 0) {
-        r->status = ONCE_RESERVED;
-        memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
-        r->attempt = a.attempt;
-        r->lease_expires_at = a.lease_expires_at;
+        store_op_reserved(op, a.attempt, a.lease_expires_at);
         once_action_free(&a);
         op->rc = ONCE_OK;
         return;
@@ -203,17 +200,12 @@ static void decode_approval_claim(store_op *op, const PGresult *res)
         op->rc = 0;
         return;
     }
-    once_reservation *r = op->res;
-    int rc = action_decode(res, 0, 0, &r->action);
+    int rc = action_decode(res, 0, 0, &op->res->action);
     if (rc < 0) {
         store_op_fail(op, rc, "approval claim: cannot read the row");
         return;
     }
-    r->status = ONCE_RESERVED;
-    memcpy(r->token, op->token, ONCE_TOKEN_LEN + 1);
-    r->attempt = r->action.attempt;
-    r->lease_expires_at = r->action.lease_expires_at;
-    op->rc = 1;
+    store_op_claimed(op);
 }
 
 /* A renewal that went through moves the caller's lease deadline too. */

@@ -6,8 +6,6 @@
  * sqlite_ops.c, the rest of the state machine, stays readable; they run on
  * the connections and in the transactions sqlite_ops.c describes.
  */
-#include <string.h>
-
 #include "common/check.h"
 #include "store/sqlite_ops.h"
 
@@ -44,11 +42,7 @@ static sqlite3_stmt *ap_stmt(sq_conn *c, store_op *op, enum sq_ap_stmt i)
 static int decide_row(sq_conn *c, store_op *op, int64_t *id, once_state *state, int64_t *approved_at)
 {
     sqlite3_stmt *st = ap_stmt(c, op, AP_SELECT);
-    if (!st)
-        return -1;
-    sq_bind_text(st, 1, op->scope);
-    sq_bind_text(st, 2, op->key);
-    int found = sq_step_row(c, op, st, "select");
+    int found = sq_find(c, op, st, "select", SQ_VALS(SQ_TEXT(op->scope), SQ_TEXT(op->key)));
     if (found == 1) {
         *id = sqlite3_column_int64(st, 0);
         *approved_at = sqlite3_column_int64(st, 2);
@@ -94,26 +88,17 @@ static void op_decide(sq_conn *c, store_op *op)
                           op->scope, op->key);
         return;
     }
+    /* Both statements take the row and the time first; a denial then its
+     * note (the one retries are refused with). */
     sqlite3_stmt *st;
     if (op->approve) {
-        if (!(st = ap_stmt(c, op, AP_APPROVE)))
-            return;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, op->now);
-        sq_bind_text(st, 3, op->step);
-        sq_bind_text(st, 4, op->who);
-        sq_bind_text(st, 5, op->decision_note);
+        st = ap_stmt(c, op, AP_APPROVE);
     } else {
         ONCE_ASSERT(ledger_transition_allowed(state, ONCE_STATE_DENIED));
-        if (!(st = ap_stmt(c, op, AP_DENY)))
-            return;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, op->now);
-        sq_bind_text(st, 3, op->text);
-        sq_bind_text(st, 4, op->step);
-        sq_bind_text(st, 5, op->who);
-        sq_bind_text(st, 6, op->decision_note);
+        st = sq_bind(ap_stmt(c, op, AP_DENY), 3, SQ_VALS(SQ_TEXT(op->text)));
     }
+    sq_bind(st, 1, SQ_VALS(SQ_INT(id), SQ_INT(op->now)));
+    sq_bind(st, op->approve ? 3 : 4, SQ_VALS(SQ_TEXT(op->step), SQ_TEXT(op->who), SQ_TEXT(op->decision_note)));
     sq_write_finish(c, op, st, verb);
 }
 
@@ -121,11 +106,7 @@ static void op_decide(sq_conn *c, store_op *op)
  * denied, each with the step. */
 static void op_expire(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = ap_stmt(c, op, AP_EXPIRE);
-    if (!st)
-        return;
-    sq_bind_text(st, 2, op->step);
-    sq_bind_text(st, 3, op->scope);
+    sqlite3_stmt *st = sq_bind(ap_stmt(c, op, AP_EXPIRE), 2, SQ_VALS(SQ_TEXT(op->step), SQ_TEXT(op->scope)));
     sq_op_bulk(c, op, st, "expire approvals");
 }
 
@@ -136,10 +117,7 @@ static void op_expire(sq_conn *c, store_op *op)
 static void op_claim(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = ap_stmt(c, op, AP_DUE);
-    if (!st)
-        return;
-    sq_bind_text(st, 1, op->scope);
-    int found = sq_step_row(c, op, st, "approval claim");
+    int found = sq_find(c, op, st, "approval claim", SQ_VALS(SQ_TEXT(op->scope)));
     int64_t id = found == 1 ? sqlite3_column_int64(st, 0) : 0;
     sq_done(st);
     if (found <= 0) {
@@ -148,30 +126,18 @@ static void op_claim(sq_conn *c, store_op *op)
         return;
     }
     ONCE_ASSERT(ledger_transition_allowed(ONCE_STATE_AWAITING_APPROVAL, ONCE_STATE_PENDING));
-    if (!(st = ap_stmt(c, op, AP_CLAIM)))
-        return;
-    sqlite3_bind_int64(st, 1, id);
-    sq_bind_text(st, 2, op->token);
-    sqlite3_bind_int64(st, 3, op->now);
-    sqlite3_bind_int64(st, 4, op->lease_ms);
+    st = sq_bind(ap_stmt(c, op, AP_CLAIM), 1,
+                 SQ_VALS(SQ_INT(id), SQ_TEXT(op->token), SQ_INT(op->now), SQ_INT(op->lease_ms)));
     if (sq_write_step(c, op, st, "approval claim") < 0)
         return;
-    once_reservation *res = op->res;
-    if (sq_action_by_id(c, op, id, &res->action) < 0)
-        return;
-    res->status = ONCE_RESERVED;
-    memcpy(res->token, op->token, ONCE_TOKEN_LEN + 1);
-    res->attempt = res->action.attempt;
-    res->lease_expires_at = res->action.lease_expires_at;
-    op->rc = 1;
+    if (sq_action_by_id(c, op, id, &op->res->action) == 0)
+        store_op_claimed(op);
 }
 
 /* When the oldest undecided action was created (0: none waits). */
 static void op_oldest(sq_conn *c, store_op *op)
 {
     sqlite3_stmt *st = ap_stmt(c, op, AP_OLDEST);
-    if (!st)
-        return;
     int found = sq_step_row(c, op, st, "approval oldest");
     if (found == 1) {
         *op->oldest = sqlite3_column_int64(st, 0);

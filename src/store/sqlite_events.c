@@ -107,26 +107,19 @@ const sq_rows sq_event_rows = {event_item, sizeof(once_event), E_ID, {E_BODY, E_
 int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_EXISTS);
-    if (!st)
-        return -1;
-    sq_bind_text(st, 1, ev->source);
-    sq_bind_text(st, 2, ev->event_id);
-    sq_bind_text(st, 3, ev->digest);
-    int found = sq_step_row(c, op, st, "event lookup");
+    int found = sq_find(c, op, st, "event lookup",
+                        SQ_VALS(SQ_TEXT(ev->source), SQ_TEXT(ev->event_id), SQ_TEXT(ev->digest)));
     sq_done(st);
     return found;
 }
 
-/* The SELECT of op's event by name (source, event_id), bound; NULL (op
- * failed) when it cannot be prepared. */
-static sqlite3_stmt *ev_select(sq_conn *c, store_op *op)
+/* Steps the SELECT of op's event by name (source, event_id): 1 its row is
+ * current on *out, 0 there is none, -1 op failed (what names the step). The
+ * caller resets *out. */
+static int ev_find(sq_conn *c, store_op *op, const char *what, sqlite3_stmt **out)
 {
-    sqlite3_stmt *st = ev_stmt(c, op, EV_SELECT);
-    if (st) {
-        sq_bind_text(st, 1, op->scope);
-        sq_bind_text(st, 2, op->event_id);
-    }
-    return st;
+    *out = ev_stmt(c, op, EV_SELECT);
+    return sq_find(c, op, *out, what, SQ_VALS(SQ_TEXT(op->scope), SQ_TEXT(op->event_id)));
 }
 
 /* Steps the SELECT of the event whose row id is id: 1 its row is current on
@@ -134,31 +127,21 @@ static sqlite3_stmt *ev_select(sq_conn *c, store_op *op)
  * step). */
 static int ev_find_id(sq_conn *c, store_op *op, int64_t id, const char *what, sqlite3_stmt **out)
 {
-    sqlite3_stmt *st = *out = ev_stmt(c, op, EV_SELECT_ID);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    int found = sq_step_row(c, op, st, what);
+    *out = ev_stmt(c, op, EV_SELECT_ID);
+    int found = sq_find(c, op, *out, what, SQ_VALS(SQ_INT(id)));
     if (found != 1)
-        sq_done(st);
+        sq_done(*out);
     return found;
 }
 
 static void op_insert(sq_conn *c, store_op *op)
 {
     const once_event_in *ev = op->ev_in;
-    sqlite3_stmt *st = ev_stmt(c, op, EV_INSERT);
-    if (!st)
-        return;
-    sq_bind_text(st, 1, ev->source);
-    sq_bind_text(st, 2, ev->event_id);
-    sqlite3_bind_int64(st, 3, op->now);
-    sqlite3_bind_int64(st, 4, ev->retention_ms);
-    sq_bind_text(st, 5, ev->content_type);
-    if (ev->headers)
-        sqlite3_bind_text64(st, 6, ev->headers, ev->headers_len, SQLITE_STATIC, SQLITE_UTF8);
-    sq_bind_blob(st, 7, ev->body, ev->body_len);
-    sq_bind_text(st, 8, ev->digest);
+    sqlite3_stmt *st = sq_bind(ev_stmt(c, op, EV_INSERT), 1,
+                               SQ_VALS(SQ_TEXT(ev->source), SQ_TEXT(ev->event_id), SQ_INT(op->now),
+                                       SQ_INT(ev->retention_ms), SQ_TEXT(ev->content_type),
+                                       SQ_TEXT_LEN(ev->headers, ev->headers_len), SQ_BLOB(ev->body, ev->body_len),
+                                       SQ_TEXT(ev->digest)));
     if (sq_write_step(c, op, st, "insert event") < 0)
         return;
     /* The unique constraint decides: a duplicate changes nothing. */
@@ -197,11 +180,8 @@ static void op_claim(sq_conn *c, store_op *op)
         store_op_fail(op, ONCE_ENOMEM, "claim: out of memory");
         goto out;
     }
-    if (!(st = ev_stmt(c, op, EV_DUE)))
+    if (!(st = sq_bind(ev_stmt(c, op, EV_DUE), 1, SQ_VALS(SQ_TEXT(op->scope), SQ_INT(op->now), SQ_INT(op->max)))))
         goto out;
-    sq_bind_text(st, 1, op->scope);
-    sqlite3_bind_int64(st, 2, op->now);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
     size_t n = 0, bytes = 0;
     int rc;
     while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -226,12 +206,8 @@ static void op_claim(sq_conn *c, store_op *op)
             goto out;
         }
         snprintf(receipt, sizeof receipt, "%lld.%s", (long long)ids[i], token);
-        if (!(st = ev_stmt(c, op, EV_CLAIM)))
-            goto out;
-        sqlite3_bind_int64(st, 1, ids[i]);
-        sq_bind_text(st, 2, receipt);
-        sqlite3_bind_int64(st, 3, op->now + op->lease_ms);
-        sqlite3_bind_int64(st, 4, op->now);
+        st = sq_bind(ev_stmt(c, op, EV_CLAIM), 1,
+                     SQ_VALS(SQ_INT(ids[i]), SQ_TEXT(receipt), SQ_INT(op->now + op->lease_ms), SQ_INT(op->now)));
         if (sq_write_step(c, op, st, "claim") < 0 || list_push(c, op, ids[i], receipt) < 0)
             goto out;
     }
@@ -291,23 +267,17 @@ static void op_settle(sq_conn *c, store_op *op)
             store_op_fail(op, ONCE_ESTATE, "the event is %s", state ? state : "?");
         return;
     }
-    if (!(st = ev_stmt(c, op, EV_SETTLE)))
-        return;
     const char *to = op->ack ? "delivered" : op->dead ? "dead" : "pending";
-    sqlite3_bind_int64(st, 1, id);
-    sq_bind_text(st, 2, to);
-    sqlite3_bind_int64(st, 3, op->ack || op->dead ? op->now : op->now + op->delay_ms);
-    sqlite3_bind_int64(st, 4, op->now);
-    sq_bind_text(st, 5, op->text);
+    int64_t next_at = op->ack || op->dead ? op->now : op->now + op->delay_ms;
+    st = sq_bind(ev_stmt(c, op, EV_SETTLE), 1,
+                 SQ_VALS(SQ_INT(id), SQ_TEXT(to), SQ_INT(next_at), SQ_INT(op->now), SQ_TEXT(op->text)));
     sq_write_finish(c, op, st, "settle event");
 }
 
 static void op_get(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = ev_select(c, op);
-    if (!st)
-        return;
-    int found = sq_step_row(c, op, st, "get event");
+    sqlite3_stmt *st;
+    int found = ev_find(c, op, "get event", &st);
     sq_finish_get(op, st, found, &sq_event_rows, op->event, op->event_id);
 }
 
@@ -315,30 +285,25 @@ static void op_list(sq_conn *c, store_op *op)
 {
     const once_event_list_req *r = op->ev_lreq;
     void *items = NULL;
-    sqlite3_stmt *st = ev_stmt(c, op, EV_LIST);
+    sqlite3_stmt *st = sq_bind(ev_stmt(c, op, EV_LIST), 2,
+                               SQ_VALS(SQ_TEXT(r->source), SQ_TEXT(r->state ? once_event_state_name(r->state) : NULL)));
     if (!st)
         return;
-    sq_bind_text(st, 2, r->source);
-    sq_bind_text(st, 3, r->state ? once_event_state_name(r->state) : NULL);
     sq_read_page(c, op, st, &sq_event_rows, r->limit, &items, &op->ev_list->count, op->ev_list->next);
     op->ev_list->items = items;
 }
 
 static void op_redeliver(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = ev_select(c, op);
-    if (!st)
-        return;
-    int found = sq_step_row(c, op, st, "redeliver");
+    sqlite3_stmt *st;
+    int found = ev_find(c, op, "redeliver", &st);
     int64_t id = found == 1 ? sqlite3_column_int64(st, E_ID) : 0;
     sq_done(st);
     if (found == 0)
         store_op_fail(op, ONCE_ENOTFOUND, "no event %s/%s", op->scope, op->event_id);
-    if (found != 1 || !(st = ev_stmt(c, op, EV_REDELIVER)))
-        return;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, op->now);
-    sq_write_finish(c, op, st, "redeliver");
+    if (found == 1)
+        sq_write_finish(c, op, sq_bind(ev_stmt(c, op, EV_REDELIVER), 1, SQ_VALS(SQ_INT(id), SQ_INT(op->now))),
+                        "redeliver");
 }
 
 void sq_event_run(sq_conn *c, store_op *op)

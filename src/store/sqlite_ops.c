@@ -176,8 +176,31 @@ static sqlite3_stmt *stmt(sq_conn *c, store_op *op, enum sq_stmt i)
 
 void sq_done(sqlite3_stmt *st)
 {
+    if (!st)
+        return;
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+}
+
+/* Every operation binds its parameters through here: one place knows how
+ * each kind of value, and NULL, reaches SQLite. */
+sqlite3_stmt *sq_bind(sqlite3_stmt *st, int from, const sq_val *v, size_t n)
+{
+    for (size_t k = 0; st && k < n; k++) {
+        int i = from + (int)k;
+        switch (v[k].type) {
+        case SQ_V_TEXT: sq_bind_text(st, i, v[k].p); break;
+        case SQ_V_TEXT_LEN:
+            if (v[k].p)
+                sqlite3_bind_text64(st, i, v[k].p, v[k].n, SQLITE_STATIC, SQLITE_UTF8);
+            else
+                sqlite3_bind_null(st, i);
+            break;
+        case SQ_V_INT: sqlite3_bind_int64(st, i, v[k].i); break;
+        case SQ_V_BLOB: sq_bind_blob(st, i, v[k].p, v[k].n); break;
+        }
+    }
+    return st;
 }
 
 int sq_bind_text(sqlite3_stmt *st, int i, const char *s)
@@ -278,13 +301,8 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
  * -1: error (op failed). The caller must sq_done(st). */
 static int row_find(sq_conn *c, store_op *op, sqlite3_stmt **out)
 {
-    sqlite3_stmt *st = stmt(c, op, ST_SELECT);
-    *out = st;
-    if (!st)
-        return -1;
-    sq_bind_text(st, 1, op->scope);
-    sq_bind_text(st, 2, op->key);
-    return sq_step_row(c, op, st, "select");
+    *out = stmt(c, op, ST_SELECT);
+    return sq_find(c, op, *out, "select", SQ_VALS(SQ_TEXT(op->scope), SQ_TEXT(op->key)));
 }
 
 /* Finds the row and its head, failing op with ENOTFOUND if absent. */
@@ -296,8 +314,7 @@ static int row_need(sq_conn *c, store_op *op, row_head *h)
         store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
         found = -1;
     }
-    if (st)
-        sq_done(st);
+    sq_done(st);
     if (found == 0)
         store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
     return found == 1 ? 0 : -1;
@@ -321,6 +338,8 @@ static int row_need_unknown(sq_conn *c, store_op *op, row_head *h, int held_too,
  * and an error apart. */
 int sq_step_row(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
+    if (!st)
+        return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         return 1;
@@ -332,6 +351,8 @@ int sq_step_row(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 
 int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
+    if (!st)
+        return -1;
     int rc = sqlite3_step(st);
     sq_done(st);
     if (rc != SQLITE_DONE) {
@@ -339,6 +360,12 @@ int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
         return -1;
     }
     return 0;
+}
+
+/* A bound lookup is a step: the binding and the step read as one call. */
+int sq_find(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what, const sq_val *v, size_t n)
+{
+    return sq_step_row(c, op, sq_bind(st, 1, v, n), what);
 }
 
 /* Most operations end with one write whose success is theirs. */
@@ -360,10 +387,7 @@ static void write_count(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *
 /* The sweeps of both tables are one statement bound to now. */
 void sq_op_bulk(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what)
 {
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 1, op->now);
-    write_count(c, op, st, what);
+    write_count(c, op, sq_bind(st, 1, SQ_VALS(SQ_INT(op->now))), what);
 }
 
 /* Gets of actions and of events end alike: one home for the answer. */
@@ -378,8 +402,7 @@ void sq_finish_get(store_op *op, sqlite3_stmt *st, int found, const sq_rows *row
     } else if (found == 0) {
         store_op_fail(op, ONCE_ENOTFOUND, "no %s %s/%s", rows->kind, op->scope, name);
     }
-    if (st)
-        sq_done(st);
+    sq_done(st);
 }
 
 /* The bytes of the current row that count against ONCE_PAGE_BYTES. */
@@ -404,8 +427,8 @@ int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows
         store_op_fail(op, ONCE_ENOMEM, "list: out of memory");
         return op->rc;
     }
-    sqlite3_bind_int64(st, 1, op->after_id);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)limit + 1);
+    sq_bind(st, 1, SQ_VALS(SQ_INT(op->after_id)));
+    sq_bind(st, 4, SQ_VALS(SQ_INT(limit + 1)));
     int rc;
     int64_t last_id = 0;
     size_t bytes = 0;
@@ -439,23 +462,18 @@ int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows
  * NULL (op failed) when it cannot be prepared. */
 static sqlite3_stmt *row_stmt(sq_conn *c, store_op *op, enum sq_stmt i, int64_t id)
 {
-    sqlite3_stmt *st = stmt(c, op, i);
-    if (st)
-        sqlite3_bind_int64(st, 1, id);
-    return st;
+    return sq_bind(stmt(c, op, i), 1, SQ_VALS(SQ_INT(id)));
 }
 
 /* A response as four parameters from ?i: whether there is one, its status,
- * headers and body (complete and reconcile store it alike). */
-static void bind_response(sqlite3_stmt *st, int i, const once_response *resp)
+ * headers and body (complete and reconcile store it alike). Returns st. */
+static sqlite3_stmt *bind_response(sqlite3_stmt *st, int i, const once_response *resp)
 {
-    sqlite3_bind_int(st, i, resp != NULL);
     if (!resp)
-        return;
-    sqlite3_bind_int(st, i + 1, resp->status);
-    if (resp->headers)
-        sqlite3_bind_text64(st, i + 2, resp->headers, resp->headers_len, SQLITE_STATIC, SQLITE_UTF8);
-    sq_bind_blob(st, i + 3, resp->body, resp->body_len);
+        return sq_bind(st, i, SQ_VALS(SQ_INT(0)));
+    return sq_bind(st, i,
+                   SQ_VALS(SQ_INT(1), SQ_INT(resp->status), SQ_TEXT_LEN(resp->headers, resp->headers_len),
+                           SQ_BLOB(resp->body, resp->body_len)));
 }
 
 /* Answers a reservation from an existing row when the row alone decides it
@@ -485,13 +503,9 @@ static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to,
 {
     ONCE_ASSERT(ledger_transition_allowed(h->state, to));
     sqlite3_stmt *st = row_stmt(c, op, ST_SET_STATE, h->id);
-    if (!st)
-        return -1;
-    sq_bind_text(st, 2, once_state_name(to));
-    sq_bind_text(st, 3, text);
-    sqlite3_bind_int64(st, 4, op->now);
-    sqlite3_bind_int64(st, 5, expires_at);
-    return sq_write_step(c, op, st, what);
+    return sq_write_step(
+        c, op, sq_bind(st, 2, SQ_VALS(SQ_TEXT(once_state_name(to)), SQ_TEXT(text), SQ_INT(op->now), SQ_INT(expires_at))),
+        what);
 }
 
 /* The state a reservation that may go ahead writes: pending, or (with an
@@ -505,17 +519,15 @@ static once_state attempt_state(const store_op *op)
  * share: its token (empty while it awaits approval), now, the end of its
  * lease (or the decision's deadline), the retention, the request's
  * fingerprint, the request and its state. */
-static void bind_attempt(sqlite3_stmt *st, int i, const store_op *op)
+static sqlite3_stmt *bind_attempt(sqlite3_stmt *st, int i, const store_op *op)
 {
     const once_reserve_req *r = op->rreq;
     int approval = r->approval_ttl_ms > 0;
-    sq_bind_text(st, i, op->token);
-    sqlite3_bind_int64(st, i + 1, op->now);
-    sqlite3_bind_int64(st, i + 2, op->now + (approval ? r->approval_ttl_ms : r->lease_ms));
-    sqlite3_bind_int64(st, i + 3, r->retention_ms);
-    sq_bind_text(st, i + 4, r->fingerprint);
-    sq_bind_blob(st, i + 5, r->request, r->request_len);
-    sq_bind_text(st, i + 6, once_state_name(attempt_state(op)));
+    return sq_bind(st, i,
+                   SQ_VALS(SQ_TEXT(op->token), SQ_INT(op->now),
+                           SQ_INT(op->now + (approval ? r->approval_ttl_ms : r->lease_ms)), SQ_INT(r->retention_ms),
+                           SQ_TEXT(r->fingerprint), SQ_BLOB(r->request, r->request_len),
+                           SQ_TEXT(once_state_name(attempt_state(op)))));
 }
 
 /* Answers a reservation with status from the row of (scope, key) as the
@@ -531,8 +543,7 @@ static void answer_written(sq_conn *c, store_op *op, once_reserve_status status)
     } else if (found >= 0) {
         store_op_fail(op, ONCE_ESTORE, "reserve: cannot read back %s/%s", op->rreq->scope, op->rreq->key);
     }
-    if (st)
-        sq_done(st);
+    sq_done(st);
 }
 
 /* The end of a reservation that wrote a new attempt: RESERVED with its
@@ -543,34 +554,23 @@ static void reserved(sq_conn *c, store_op *op, int64_t attempt)
         answer_written(c, op, ONCE_AWAITING_APPROVAL);
         return;
     }
-    once_reservation *res = op->res;
-    res->status = ONCE_RESERVED;
-    memcpy(res->token, op->token, ONCE_TOKEN_LEN + 1);
-    res->attempt = attempt;
-    res->lease_expires_at = op->now + op->rreq->lease_ms;
+    store_op_reserved(op, attempt, op->now + op->rreq->lease_ms);
     op->rc = ONCE_OK;
 }
 
 static void op_reserve(sq_conn *c, store_op *op)
 {
     const once_reserve_req *r = op->rreq;
-    sqlite3_stmt *st = stmt(c, op, ST_INSERT);
-    if (!st)
-        return;
-    sq_bind_text(st, 1, r->scope);
-    sq_bind_text(st, 2, r->key);
-    bind_attempt(st, 3, op);
-    if (sq_write_step(c, op, st, "reserve") < 0)
+    sqlite3_stmt *st = sq_bind(stmt(c, op, ST_INSERT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)));
+    if (sq_write_step(c, op, bind_attempt(st, 3, op), "reserve") < 0)
         return;
     /* The unique constraint decided: one insert wins, the rest read. */
     if (sqlite3_changes(c->db) == 1) {
         reserved(c, op, 1);
         return;
     }
-    if (!(st = stmt(c, op, ST_SELECT)))
+    if (!(st = sq_bind(stmt(c, op, ST_SELECT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)))))
         return;
-    sq_bind_text(st, 1, r->scope);
-    sq_bind_text(st, 2, r->key);
     int rc = sqlite3_step(st);
     row_head h;
     if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
@@ -598,10 +598,7 @@ static void op_reserve(sq_conn *c, store_op *op)
      * deduped) UNKNOWN, HELD or an expired lease: a new attempt (or one
      * that waits for approval). */
     ONCE_ASSERT(ledger_transition_allowed(h.state, attempt_state(op)));
-    if (!(st = row_stmt(c, op, ST_REARM, h.id)))
-        return;
-    bind_attempt(st, 2, op);
-    if (sq_write_step(c, op, st, "reserve again") < 0)
+    if (sq_write_step(c, op, bind_attempt(row_stmt(c, op, ST_REARM, h.id), 2, op), "reserve again") < 0)
         return;
     reserved(c, op, h.attempt + 1);
 }
@@ -633,14 +630,10 @@ static void op_complete(sq_conn *c, store_op *op)
         return;
     }
     ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_COMPLETED));
-    sqlite3_stmt *st = row_stmt(c, op, ST_COMPLETE, h.id);
-    if (!st)
-        return;
-    bind_response(st, 2, op->resp);
-    sq_bind_text(st, 6, op->provider_id);
-    sq_bind_text(st, 7, late);
-    sqlite3_bind_int64(st, 8, op->now);
-    sqlite3_bind_int64(st, 9, op->resp ? op->resp->body_not_stored : 0);
+    sqlite3_stmt *st = bind_response(row_stmt(c, op, ST_COMPLETE, h.id), 2, op->resp);
+    sq_bind(st, 6,
+            SQ_VALS(SQ_TEXT(op->provider_id), SQ_TEXT(late), SQ_INT(op->now),
+                    SQ_INT(op->resp ? op->resp->body_not_stored : 0)));
     sq_write_finish(c, op, st, "complete");
 }
 
@@ -675,11 +668,7 @@ static void op_renew(sq_conn *c, store_op *op)
         return;
     }
     int64_t until = op->now + op->lease_ms;
-    sqlite3_stmt *st = row_stmt(c, op, ST_RENEW, h.id);
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 2, until);
-    if (sq_write_step(c, op, st, "renew") < 0)
+    if (sq_write_step(c, op, sq_bind(row_stmt(c, op, ST_RENEW, h.id), 2, SQ_VALS(SQ_INT(until))), "renew") < 0)
         return;
     if (op->lease_out)
         *op->lease_out = until;
@@ -700,14 +689,9 @@ static void op_resolve(sq_conn *c, store_op *op)
 {
     row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 1, "resolved", ST_RESOLVE);
-    if (!st)
-        return;
     once_state to = ledger_outcome_state(op->outcome);
-    ONCE_ASSERT(ledger_transition_allowed(h.state, to));
-    sq_bind_text(st, 2, once_state_name(to));
-    sq_bind_text(st, 3, op->provider_id);
-    sq_bind_text(st, 4, op->text);
-    sqlite3_bind_int64(st, 5, op->now);
+    ONCE_ASSERT(!st || ledger_transition_allowed(h.state, to));
+    sq_bind(st, 2, SQ_VALS(SQ_TEXT(once_state_name(to)), SQ_TEXT(op->provider_id), SQ_TEXT(op->text), SQ_INT(op->now)));
     sq_write_finish(c, op, st, "resolve");
 }
 
@@ -722,13 +706,9 @@ static void op_hold(sq_conn *c, store_op *op)
 
 static void op_hold_all(sq_conn *c, store_op *op)
 {
-    sqlite3_stmt *st = stmt(c, op, ST_HOLD_ALL);
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 1, op->now);
-    sq_bind_text(st, 2, op->text);
-    sq_bind_text(st, 3, op->scope);
-    sq_bind_text(st, 4, op->receipt); /* the except list travels in this slot */
+    /* The except list travels in op->receipt. */
+    sqlite3_stmt *st = sq_bind(stmt(c, op, ST_HOLD_ALL), 1,
+                               SQ_VALS(SQ_INT(op->now), SQ_TEXT(op->text), SQ_TEXT(op->scope), SQ_TEXT(op->receipt)));
     write_count(c, op, st, "hold unknown");
 }
 
@@ -748,10 +728,8 @@ static void op_rc_claim(sq_conn *c, store_op *op)
     size_t n = 0;
     int rc = SQLITE_DONE;
     if (st) {
-        sq_bind_text(st, 1, op->scope);
-        sqlite3_bind_int64(st, 2, op->now);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)op->max);
-        sqlite3_bind_int64(st, 4, op->delay_ms); /* settle */
+        /* ?4: how long an action stays unknown before its first lookup */
+        sq_bind(st, 1, SQ_VALS(SQ_TEXT(op->scope), SQ_INT(op->now), SQ_INT(op->max), SQ_INT(op->delay_ms)));
         while (n < op->max && (rc = sqlite3_step(st)) == SQLITE_ROW)
             ids[n++] = sqlite3_column_int64(st, 0);
         sq_done(st);
@@ -763,9 +741,7 @@ static void op_rc_claim(sq_conn *c, store_op *op)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!(st = row_stmt(c, op, ST_RC_CLAIM, ids[i])))
-            goto out;
-        sqlite3_bind_int64(st, 2, op->now + op->lease_ms);
+        st = sq_bind(row_stmt(c, op, ST_RC_CLAIM, ids[i]), 2, SQ_VALS(SQ_INT(op->now + op->lease_ms)));
         if (sq_write_step(c, op, st, "reconcile claim") < 0)
             goto out;
     }
@@ -774,8 +750,7 @@ static void op_rc_claim(sq_conn *c, store_op *op)
         sqlite3_stmt *g = NULL;
         if (sq_prepare(c, op, &g, "SELECT " COLS " FROM actions WHERE id = ?1") == NULL)
             goto out;
-        sqlite3_bind_int64(g, 1, ids[i]);
-        rc = sqlite3_step(g);
+        rc = sqlite3_step(sq_bind(g, 1, SQ_VALS(SQ_INT(ids[i]))));
         int drc = rc == SQLITE_ROW ? row_decode(g, &l->items[l->count]) : ONCE_ESTORE;
         sqlite3_finalize(g);
         if (drc < 0) {
@@ -793,15 +768,11 @@ static void op_rc_settle(sq_conn *c, store_op *op)
 {
     row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_SETTLE);
-    if (!st)
-        return;
     /* op carries a response and a provider id only for a completed outcome
      * (store_queue_reconcile). */
-    sq_bind_text(st, 2, once_state_name(ledger_outcome_state(op->outcome)));
+    sq_bind(st, 2, SQ_VALS(SQ_TEXT(once_state_name(ledger_outcome_state(op->outcome)))));
     bind_response(st, 3, op->resp);
-    sq_bind_text(st, 7, op->provider_id);
-    sqlite3_bind_int64(st, 8, op->now);
-    sq_bind_text(st, 9, op->text);
+    sq_bind(st, 7, SQ_VALS(SQ_TEXT(op->provider_id), SQ_INT(op->now), SQ_TEXT(op->text)));
     sq_write_finish(c, op, st, "reconcile");
 }
 
@@ -809,12 +780,7 @@ static void op_rc_failed(sq_conn *c, store_op *op)
 {
     row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_FAILED);
-    if (!st)
-        return;
-    sqlite3_bind_int64(st, 2, op->now + op->delay_ms);
-    sqlite3_bind_int64(st, 3, op->now);
-    sqlite3_bind_int(st, 4, op->dead);
-    sq_bind_text(st, 5, op->text);
+    sq_bind(st, 2, SQ_VALS(SQ_INT(op->now + op->delay_ms), SQ_INT(op->now), SQ_INT(op->dead), SQ_TEXT(op->text)));
     sq_write_finish(c, op, st, "reconcile failed");
 }
 
@@ -833,11 +799,10 @@ static void op_list(sq_conn *c, store_op *op)
 {
     const once_list_req *r = op->lreq;
     void *items = NULL;
-    sqlite3_stmt *st = stmt(c, op, ST_LIST);
+    sqlite3_stmt *st = sq_bind(stmt(c, op, ST_LIST), 2,
+                               SQ_VALS(SQ_TEXT(r->state ? once_state_name(r->state) : NULL), SQ_TEXT(r->scope)));
     if (!st)
         return;
-    sq_bind_text(st, 2, r->state ? once_state_name(r->state) : NULL);
-    sq_bind_text(st, 3, r->scope);
     sq_read_page(c, op, st, &sq_action_rows, r->limit, &items, &op->list->count, op->list->next);
     op->list->items = items;
 }
@@ -845,8 +810,6 @@ static void op_list(sq_conn *c, store_op *op)
 int sq_action_by_id(sq_conn *c, store_op *op, int64_t id, once_action *out)
 {
     sqlite3_stmt *st = row_stmt(c, op, ST_SELECT_ID, id);
-    if (!st)
-        return -1;
     int found = sq_step_row(c, op, st, "select");
     int rc = found == 1 ? row_decode(st, out) : ONCE_ESTORE;
     sq_done(st);

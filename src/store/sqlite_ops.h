@@ -79,19 +79,53 @@ void sq_op_run(sq_conn *c, store_op *op);
 /* The statement in *slot, prepared from sql on first use; NULL (op failed)
  * when it cannot be prepared. */
 sqlite3_stmt *sq_prepare(sq_conn *c, store_op *op, sqlite3_stmt **slot, const char *sql);
-/* Resets st so that it releases its read snapshot and its bindings. */
+/* Resets st so that it releases its read snapshot and its bindings (NULL:
+ * nothing to do). */
 void sq_done(sqlite3_stmt *st);
+
+/* One value for a statement's parameter: text (NULL binds SQL NULL), text
+ * of a given length, an integer, or a blob (NULL binds SQL NULL). Written
+ * with the SQ_* makers below, never by hand. */
+typedef struct sq_val {
+    enum { SQ_V_TEXT, SQ_V_TEXT_LEN, SQ_V_INT, SQ_V_BLOB } type;
+    const void *p;
+    size_t n;
+    int64_t i;
+} sq_val;
+
+#define SQ_TEXT(s) ((sq_val){.type = SQ_V_TEXT, .p = (s)})
+#define SQ_TEXT_LEN(s, len) ((sq_val){.type = SQ_V_TEXT_LEN, .p = (s), .n = (len)})
+#define SQ_INT(v) ((sq_val){.type = SQ_V_INT, .i = (int64_t)(v)})
+#define SQ_BLOB(b, len) ((sq_val){.type = SQ_V_BLOB, .p = (b), .n = (len)})
+/* A list of values as the two arguments sq_bind takes: the array and its
+ * length. */
+#define SQ_VALS(...) (const sq_val[]){__VA_ARGS__}, sizeof((const sq_val[]){__VA_ARGS__}) / sizeof(sq_val)
+
+/* Binds the n values of v to st's parameters ?from, ?from+1, ... and
+ * returns st; NULL (a statement that could not be prepared: op failed
+ * already) is passed on untouched, so that a prepare, its bindings and its
+ * step read as one expression: sq_write_finish(c, op, sq_bind(stmt(...),
+ * 1, SQ_VALS(...)), "what"). The values are bound SQLITE_STATIC: they must
+ * outlive the step. */
+sqlite3_stmt *sq_bind(sqlite3_stmt *st, int from, const sq_val *v, size_t n);
 int sq_bind_text(sqlite3_stmt *st, int i, const char *s);
 int sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);
 /* Fails op with the connection's error for a SQLite result code. */
 void sq_fail_sql(store_op *op, sq_conn *c, int rc, const char *what);
 /* Steps a bound SELECT: 1 a row is current on st, 0 there is none, -1 op
- * failed (what names the step). The caller resets st. */
+ * failed (what names the step; NULL st: op failed already). The caller
+ * resets st. */
 int sq_step_row(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
-/* Steps a bound write statement and resets it; 0, or -1 with op failed. */
+/* Steps a bound write statement and resets it; 0, or -1 with op failed
+ * (NULL st: op failed already). */
 int sq_write_step(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
 /* sq_write_step for an operation's last write: op succeeds when it does. */
 void sq_write_finish(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
+/* The one read of a single row that most lookups are: st (NULL: op failed
+ * already) bound to the n values of v from ?1 and stepped (sq_step_row):
+ * 1 a row is current on st, 0 none, -1 op failed. The caller resets st
+ * (sq_done, which takes NULL). */
+int sq_find(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what, const sq_val *v, size_t n);
 /* A bulk operation (expire, sweep, the event sweep): st, prepared (NULL: op
  * failed already), gets now as ?1; op counts the rows it changed. */
 void sq_op_bulk(sq_conn *c, store_op *op, sqlite3_stmt *st, const char *what);
