@@ -137,6 +137,19 @@ typedef int (*cli_option_fn)(const cli_command *cmd, void *arg, int c, const cha
 int cli_parse_options(cli_ctx *ctx, int argc, char **argv, const char *shortopts,
                       const struct option *longopts, cli_option_fn take, void *arg);
 
+/* An option whose value a command keeps as typed (--note TEXT): its value
+ * in the command's long options, and where the value goes. */
+typedef struct cli_text_option {
+    int c;
+    const char **slot;
+} cli_text_option;
+
+/* The cli_option_fn of a command whose own options are all kept as typed:
+ * arg is its cli_text_option rows, ended by a row whose slot is NULL. A
+ * later option replaces an earlier one. CLI_EXIT_OK, or CLI_EXIT_USAGE for
+ * an option no row names. */
+int cli_take_text(const cli_command *cmd, void *arg, int c, const char *value);
+
 /* cli_parse_options for a command that has no options of its own and takes
  * at most max operands: more give "too many arguments". Returns
  * CLI_GETOPT_END or CLI_GETOPT_DONE as cli_parse_options. */
@@ -180,6 +193,21 @@ typedef int (*cli_store_fn)(once_store *store, void *arg);
  * the store cannot be opened (fn is not run then). stdout is not flushed:
  * the caller may print more and ends with cli_finish_stdout. */
 int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg);
+
+/* The action a command changes (resolve, approve, deny): SCOPE and KEY as
+ * typed, and the two escaped and cut for its messages (set by
+ * cli_change_action, NULL otherwise). */
+typedef struct cli_action_ref {
+    const char *scope;
+    const char *key;
+    char *qs;
+    char *qk;
+} cli_action_ref;
+
+/* Checks ref's scope and key (cli_check_scope_key), escapes them into
+ * ref->qs and ref->qk, runs fn on ctx's store (cli_run_on_store) and frees
+ * the escapes. Returns the exit code, stdout flushed (cli_finish_stdout). */
+int cli_change_action(const cli_ctx *ctx, cli_action_ref *ref, cli_store_fn fn, void *arg);
 
 /* ---- output (cli_table.c) ---- */
 
@@ -274,6 +302,16 @@ typedef struct cli_lister {
     /* Frees the page fetch read into the context. */
     void (*free_page)(void *list);
 } cli_lister;
+
+/* The page of a once_*_list (items, count, next) as a lister's fetch hands
+ * it on. */
+#define CLI_PAGE_OF(list) ((cli_page){(list).items, (list).count, sizeof *(list).items, (list).next})
+
+/* Adds the row both listings show, one record a line: its two names, its
+ * state, its attempt, the time that matters most to it and one more text
+ * (escaped and cut to last_max when last_max > 0). 0 or ONCE_ENOMEM. */
+int cli_list_row(cli_table *t, const char *first, const char *second, const char *state, int64_t attempt,
+                 int64_t time_ms, const char *last, size_t last_max);
 
 /* Runs a listing command: parses its options (the filters, --limit N,
  * 1..100000, default 100, and --json) into list, a zeroed context, refuses

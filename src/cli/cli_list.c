@@ -6,6 +6,8 @@
  * messages are here, so both listings behave alike.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -132,6 +134,26 @@ static int list_option(const cli_command *cmd, void *arg, int c, const char *val
     default:
         return r->l->filter(cmd, r->list, c, value);
     }
+}
+
+/* Both listings show a record as one line of the same six columns; the
+ * last is cut only when last_max says so (an event's error). */
+int cli_list_row(cli_table *t, const char *first, const char *second, const char *state, int64_t attempt,
+                 int64_t time_ms, const char *last, size_t last_max)
+{
+    char n[24];
+    char when[32];
+    snprintf(n, sizeof n, "%lld", (long long)attempt);
+    char *cut = NULL;
+    if (last != NULL && last_max > 0) {
+        cut = cli_escape_dup(last, strlen(last), last_max);
+        if (cut == NULL)
+            return ONCE_ENOMEM;
+    }
+    const char *cells[6] = {first, second, state, n, cli_format_time(time_ms, when, sizeof when), cut ? cut : last};
+    int rc = cli_table_add_row(t, cells);
+    free(cut);
+    return rc;
 }
 
 /* Everything is checked before the store is opened. */

@@ -163,6 +163,19 @@ int cli_parse_options(cli_ctx *ctx, int argc, char **argv, const char *shortopts
     return CLI_GETOPT_END;
 }
 
+/* Notes, ids and paths are kept as typed: one rule for every command that
+ * takes only such options. */
+int cli_take_text(const cli_command *cmd, void *arg, int c, const char *value)
+{
+    for (const cli_text_option *o = arg; o->slot != NULL; o++) {
+        if (o->c == c) {
+            *o->slot = value;
+            return CLI_EXIT_OK;
+        }
+    }
+    return cli_fail_usage(cmd, "unexpected option");
+}
+
 /* The long options of a command that has none of its own. */
 static const struct option cli_longopts_common[] = {CLI_LONGOPTS_COMMON};
 
@@ -298,6 +311,28 @@ int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg)
         return code;
     code = fn(store, arg);
     once_store_close(store);
+    return code;
+}
+
+/* Resolve, approve and deny name the action in every line they print: the
+ * operands are escaped once, and freed on every path. */
+int cli_change_action(const cli_ctx *ctx, cli_action_ref *ref, cli_store_fn fn, void *arg)
+{
+    int code = cli_check_scope_key(ref->scope, ref->key);
+    if (code != CLI_EXIT_OK)
+        return code;
+    ref->qs = cli_escape_dup(ref->scope, strlen(ref->scope), CLI_OPERAND_QUOTE_MAX);
+    ref->qk = cli_escape_dup(ref->key, strlen(ref->key), CLI_OPERAND_QUOTE_MAX);
+    if (ref->qs == NULL || ref->qk == NULL) {
+        cli_print_error("out of memory");
+        code = CLI_EXIT_STORE;
+    } else {
+        code = cli_finish_stdout(cli_run_on_store(ctx, fn, arg));
+    }
+    free(ref->qs);
+    free(ref->qk);
+    ref->qs = NULL;
+    ref->qk = NULL;
     return code;
 }
 

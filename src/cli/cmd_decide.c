@@ -4,7 +4,6 @@
  * The CLI sends nothing: a gateway's background loop sends approved actions
  * within one loop interval (docs/approvals.md).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -14,42 +13,29 @@ enum { DECIDE_OPT_NOTE = 2300 };
 /* The trail names the decider: from the CLI, "cli". */
 #define DECIDE_WHO "cli"
 
-/* One decision: its operands and note, and the operands escaped for the
- * messages. */
+/* One decision: the action and the note. */
 typedef struct decide_req {
     int approve;
-    const char *scope;
-    const char *key;
+    cli_action_ref a;
     const char *note;
-    char *qs; /* scope, escaped and cut */
-    char *qk; /* key, escaped and cut */
 } decide_req;
 
 /* Writes the decision on the open store and says so. */
 static int decide_apply(once_store *store, void *arg)
 {
     const decide_req *d = arg;
-    int rc = d->approve ? once_approve(store, d->scope, d->key, DECIDE_WHO, d->note)
-                        : once_deny(store, d->scope, d->key, DECIDE_WHO, d->note);
+    const cli_action_ref *a = &d->a;
+    int rc = d->approve ? once_approve(store, a->scope, a->key, DECIDE_WHO, d->note)
+                        : once_deny(store, a->scope, a->key, DECIDE_WHO, d->note);
     if (rc != ONCE_OK) {
         char what[192];
-        snprintf(what, sizeof what, "cannot %s action %s %s", d->approve ? "approve" : "deny", d->qs, d->qk);
+        snprintf(what, sizeof what, "cannot %s action %s %s", d->approve ? "approve" : "deny", a->qs, a->qk);
         return cli_fail_once(rc, what);
     }
     if (d->approve)
-        printf("approved %s %s: a running gateway sends it within one loop interval\n", d->qs, d->qk);
+        printf("approved %s %s: a running gateway sends it within one loop interval\n", a->qs, a->qk);
     else
-        printf("denied %s %s: retries get 403 denied\n", d->qs, d->qk);
-    return CLI_EXIT_OK;
-}
-
-/* Takes --note. */
-static int decide_option(const cli_command *cmd, void *arg, int c, const char *value)
-{
-    decide_req *d = arg;
-    if (c != DECIDE_OPT_NOTE)
-        return cli_fail_usage(cmd, "unexpected option");
-    d->note = value;
+        printf("denied %s %s: retries get 403 denied\n", a->qs, a->qk);
     return CLI_EXIT_OK;
 }
 
@@ -67,23 +53,11 @@ int cli_decide_run(cli_ctx *ctx, int argc, char **argv)
     };
     const cli_command *cmd = ctx->cmd;
     decide_req d = {.approve = strcmp(cmd->name, "approve") == 0};
-    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, decide_option, &d) == CLI_GETOPT_DONE)
+    cli_text_option texts[] = {{DECIDE_OPT_NOTE, &d.note}, {0, NULL}};
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, cli_take_text, texts) == CLI_GETOPT_DONE)
         return ctx->exit_code;
-    int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &d.scope, &d.key);
+    int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &d.a.scope, &d.a.key);
     if (code != CLI_EXIT_OK)
         return code;
-    code = cli_check_scope_key(d.scope, d.key);
-    if (code != CLI_EXIT_OK)
-        return code;
-    d.qs = cli_escape_dup(d.scope, strlen(d.scope), 64);
-    d.qk = cli_escape_dup(d.key, strlen(d.key), 64);
-    if (d.qs == NULL || d.qk == NULL) {
-        cli_print_error("out of memory");
-        code = CLI_EXIT_STORE;
-    } else {
-        code = cli_finish_stdout(cli_run_on_store(ctx, decide_apply, &d));
-    }
-    free(d.qs);
-    free(d.qk);
-    return code;
+    return cli_change_action(ctx, &d.a, decide_apply, &d);
 }

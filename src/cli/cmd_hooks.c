@@ -133,7 +133,7 @@ static int hooks_fetch(once_store *store, void *list, const char *cursor, size_t
     hl->page = (once_event_list){0};
     int rc = once_list_events(store, &req, &hl->page);
     if (rc == ONCE_OK)
-        *page = (cli_page){hl->page.items, hl->page.count, sizeof *hl->page.items, hl->page.next};
+        *page = CLI_PAGE_OF(hl->page);
     return rc;
 }
 
@@ -147,27 +147,9 @@ static void hooks_free_page(void *list)
 static int hooks_table_add(cli_table *t, const void *row)
 {
     const once_event *e = row;
-    char attempt[24];
-    char received[32];
-    snprintf(attempt, sizeof attempt, "%lld", (long long)e->attempt);
-    char *error = NULL;
-    if (e->error != NULL) {
-        error = cli_escape_dup(e->error, strlen(e->error), HOOKS_ERROR_MAX);
-        if (error == NULL)
-            return ONCE_ENOMEM;
-    }
     const char *state = once_event_state_name(e->state);
-    const char *cells[6] = {
-        e->source,
-        e->event_id,
-        state != NULL ? state : "?",
-        attempt,
-        cli_format_time(e->received_at, received, sizeof received),
-        error,
-    };
-    int rc = cli_table_add_row(t, cells);
-    free(error);
-    return rc;
+    return cli_list_row(t, e->source, e->event_id, state != NULL ? state : "?", e->attempt, e->received_at, e->error,
+                        HOOKS_ERROR_MAX);
 }
 
 /* The record of `hooks show --json`, used for its rows and for show. */
@@ -176,21 +158,15 @@ static int hooks_to_json(const void *row, json_t **out)
     return event_json_from(row, 0, out);
 }
 
-/* Takes --source and --status. */
+/* Takes --status, and --source as typed (hooks_check checks it). */
 static int hooks_filter(const cli_command *cmd, void *list, int c, const char *value)
 {
     hooks_list *hl = list;
-    switch (c) {
-    case HOOKS_OPT_SOURCE:
-        hl->source = value;
-        return CLI_EXIT_OK;
-    case HOOKS_OPT_STATUS:
-        if (once_event_state_parse(value, &hl->state) != ONCE_OK)
-            return cli_fail_quoted(cmd, "unknown status", value, " (expected pending, delivered or dead)");
-        return CLI_EXIT_OK;
-    default:
-        return cli_fail_usage(cmd, "unexpected option");
-    }
+    if (c != HOOKS_OPT_STATUS)
+        return cli_take_text(cmd, (cli_text_option[]){{HOOKS_OPT_SOURCE, &hl->source}, {0, NULL}}, c, value);
+    if (once_event_state_parse(value, &hl->state) != ONCE_OK)
+        return cli_fail_quoted(cmd, "unknown status", value, " (expected pending, delivered or dead)");
+    return CLI_EXIT_OK;
 }
 
 /* A source is checked as show and redeliver check it. */

@@ -38,7 +38,7 @@ static int ls_fetch(once_store *store, void *list, const char *cursor, size_t li
     ls->page = (once_action_list){0};
     int rc = once_list(store, &req, &ls->page);
     if (rc == ONCE_OK)
-        *page = (cli_page){ls->page.items, ls->page.count, sizeof *ls->page.items, ls->page.next};
+        *page = CLI_PAGE_OF(ls->page);
     return rc;
 }
 
@@ -52,18 +52,7 @@ static void ls_free_page(void *list)
 static int ls_table_add(cli_table *t, const void *row)
 {
     const once_action *a = row;
-    char attempt[24];
-    char updated[32];
-    snprintf(attempt, sizeof attempt, "%lld", (long long)a->attempt);
-    const char *cells[6] = {
-        a->scope,
-        a->key,
-        once_state_name(a->state),
-        attempt,
-        cli_format_time(a->updated_at, updated, sizeof updated),
-        a->provider_id,
-    };
-    return cli_table_add_row(t, cells);
+    return cli_list_row(t, a->scope, a->key, once_state_name(a->state), a->attempt, a->updated_at, a->provider_id, 0);
 }
 
 /* The JSON row is the record `once show --json` prints. */
@@ -72,22 +61,15 @@ static int ls_to_json(const void *row, json_t **out)
     return action_json_from(row, out);
 }
 
-/* Takes --status and --scope. */
+/* Takes --status, and --scope as typed (ls_check checks it). */
 static int ls_filter(const cli_command *cmd, void *list, int c, const char *value)
 {
     ls_list *ls = list;
-    switch (c) {
-    case LS_OPT_STATUS:
-        if (once_state_parse(value, &ls->state) != ONCE_OK)
-            return cli_fail_quoted(cmd, "unknown status", value,
-                                   " (expected pending, completed, released, unknown or held)");
-        return CLI_EXIT_OK;
-    case LS_OPT_SCOPE:
-        ls->scope = value;
-        return CLI_EXIT_OK;
-    default:
-        return cli_fail_usage(cmd, "unexpected option");
-    }
+    if (c != LS_OPT_STATUS)
+        return cli_take_text(cmd, (cli_text_option[]){{LS_OPT_SCOPE, &ls->scope}, {0, NULL}}, c, value);
+    if (once_state_parse(value, &ls->state) != ONCE_OK)
+        return cli_fail_quoted(cmd, "unknown status", value, " (expected pending, completed, released, unknown or held)");
+    return CLI_EXIT_OK;
 }
 
 /* A scope is checked as the ledger would, with its words for what is

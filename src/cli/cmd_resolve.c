@@ -3,55 +3,32 @@
  * settles an action the ledger cannot settle alone (unknown or held), after
  * checking with the provider whether it happened.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "cli/cli.h"
 
 enum { RESOLVE_OPT_PROVIDER_ID = 2200, RESOLVE_OPT_NOTE };
 
-/* One resolution: the operands and options, and the operands escaped for
- * the messages. */
+/* One resolution: the action, the outcome and the options. */
 typedef struct resolve_req {
-    const char *scope;
-    const char *key;
+    cli_action_ref a;
     once_outcome outcome;
     const char *provider_id;
     const char *note;
-    char *qs; /* scope, escaped and cut */
-    char *qk; /* key, escaped and cut */
 } resolve_req;
 
 /* Settles the action on the open store and says so. */
 static int resolve_apply(once_store *store, void *arg)
 {
     const resolve_req *r = arg;
-    int rc = once_resolve(store, r->scope, r->key, r->outcome, r->provider_id, r->note);
+    const cli_action_ref *a = &r->a;
+    int rc = once_resolve(store, a->scope, a->key, r->outcome, r->provider_id, r->note);
     if (rc != ONCE_OK) {
         char what[192];
-        snprintf(what, sizeof what, "cannot resolve action %s %s", r->qs, r->qk);
+        snprintf(what, sizeof what, "cannot resolve action %s %s", a->qs, a->qk);
         return cli_fail_once(rc, what);
     }
-    printf("resolved %s %s: %s\n", r->qs, r->qk,
+    printf("resolved %s %s: %s\n", a->qs, a->qk,
            r->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
     return CLI_EXIT_OK;
-}
-
-/* Takes --provider-id and --note; they are checked against the rest once
- * all are read. */
-static int resolve_option(const cli_command *cmd, void *arg, int c, const char *value)
-{
-    resolve_req *r = arg;
-    switch (c) {
-    case RESOLVE_OPT_PROVIDER_ID:
-        r->provider_id = value;
-        return CLI_EXIT_OK;
-    case RESOLVE_OPT_NOTE:
-        r->note = value;
-        return CLI_EXIT_OK;
-    default:
-        return cli_fail_usage(cmd, "unexpected option");
-    }
 }
 
 /* The options resolve_run takes, as `once help resolve` describes them. */
@@ -77,29 +54,18 @@ int cli_resolve_run(cli_ctx *ctx, int argc, char **argv)
     };
     const cli_command *cmd = ctx->cmd;
     resolve_req r = {0};
-    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, resolve_option, &r) == CLI_GETOPT_DONE)
+    /* --provider-id and --note are checked against the rest once all are
+     * read. */
+    cli_text_option texts[] = {{RESOLVE_OPT_PROVIDER_ID, &r.provider_id}, {RESOLVE_OPT_NOTE, &r.note}, {0, NULL}};
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS, opts, cli_take_text, texts) == CLI_GETOPT_DONE)
         return ctx->exit_code;
-    int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &r.scope, &r.key);
+    int code = cli_take_operand_pair(cmd, argc, argv, "SCOPE", "KEY", &r.a.scope, &r.a.key);
     if (code != CLI_EXIT_OK)
         return code;
     if (completed == released)
         return cli_fail_usage(cmd, "give exactly one of --completed and --released");
     if (released && r.provider_id != NULL)
         return cli_fail_usage(cmd, "--provider-id goes with --completed only");
-    code = cli_check_scope_key(r.scope, r.key);
-    if (code != CLI_EXIT_OK)
-        return code;
-
     r.outcome = completed ? ONCE_OUTCOME_COMPLETED : ONCE_OUTCOME_RELEASED;
-    r.qs = cli_escape_dup(r.scope, strlen(r.scope), 64);
-    r.qk = cli_escape_dup(r.key, strlen(r.key), 64);
-    if (r.qs == NULL || r.qk == NULL) {
-        cli_print_error("out of memory");
-        code = CLI_EXIT_STORE;
-    } else {
-        code = cli_finish_stdout(cli_run_on_store(ctx, resolve_apply, &r));
-    }
-    free(r.qs);
-    free(r.qk);
-    return code;
+    return cli_change_action(ctx, &r.a, resolve_apply, &r);
 }

@@ -29,19 +29,6 @@ typedef struct serve_flags {
     const char *listen; /* --listen ADDR */
 } serve_flags;
 
-/* Takes --config and --listen (-c, -l): a later one replaces an earlier
- * one. */
-static int serve_option(const cli_command *cmd, void *arg, int c, const char *value)
-{
-    serve_flags *f = arg;
-    (void)cmd;
-    if (c == 'c')
-        f->config = value;
-    else if (c == 'l')
-        f->listen = value;
-    return CLI_EXIT_OK;
-}
-
 /* What a running gateway does with its output and its signals: said here,
  * next to the code that starts it. */
 const char cli_serve_help[] =
@@ -57,7 +44,9 @@ int cli_serve_run(cli_ctx *ctx, int argc, char **argv)
         CLI_LONGOPTS_COMMON,
     };
     serve_flags f = {0};
-    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS "c:l:", opts, serve_option, &f) == CLI_GETOPT_DONE)
+    /* --config and --listen (-c, -l): a later one replaces an earlier one. */
+    cli_text_option texts[] = {{'c', &f.config}, {'l', &f.listen}, {0, NULL}};
+    if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS "c:l:", opts, cli_take_text, texts) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind < argc)
         return cli_fail_usage(ctx->cmd, "unexpected argument '%s'", argv[optind]);
