@@ -137,3 +137,15 @@ int config_endpoint_finish(config_ctx *c, size_t i)
                               "[%s%s]: max_response may be at most 64MiB", prefix, u->name);
     return 0;
 }
+
+/* approve_ttl is an endpoint's key, but what it bounds (how long an
+ * approval may wait) exists only where the section says what needs one:
+ * each section calls this where its approve rules are known. */
+int config_endpoint_ttl_used(config_ctx *c, size_t i, int approves, const char *rule)
+{
+    int line = config_line(c, CONFIG_UPSTREAM, i, "approve_ttl");
+    if (approves || line <= 0)
+        return 0;
+    return config_fail_at(c, line, "approve_ttl: does nothing without approve = %s in [%s%s]", rule,
+                          c->st[CONFIG_UPSTREAM][i].sec->prefix, c->cfg->upstreams[i].name);
+}

@@ -178,6 +178,11 @@ extern const config_table config_endpoint_table;
  * i: lease and retention are [server]'s unless set, max_response fits the
  * ledger. 0, or -1 after config_fail_at. */
 int config_endpoint_finish(config_ctx *c, size_t i);
+/* approve_ttl set on endpoint i while nothing of it waits for approval
+ * (approves 0): an error at its line, "does nothing without approve =
+ * RULE" (rule: how the section's approve is written). 0, or -1 after
+ * config_fail_at. */
+int config_endpoint_ttl_used(config_ctx *c, size_t i, int approves, const char *rule);
 
 /* The count that follows an array field (int *list; size_t nlist;). */
 #define CONFIG_COUNT(field, type) ((size_t *)(void *)((char *)(field) + sizeof(type)))

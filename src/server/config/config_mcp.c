@@ -185,10 +185,7 @@ static int config_mcp_finish(config_ctx *c, size_t i)
             if (strcmp(u->approve[a], u->readonly[r]) == 0)
                 return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "readonly"),
                                       "[mcp.%s]: '%s' is in both readonly and approve", u->name, u->readonly[r]);
-    if (u->napprove == 0 && !u->approve_destructive && config_line(c, CONFIG_UPSTREAM, i, "approve_ttl") > 0)
-        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "approve_ttl"),
-                              "approve_ttl: does nothing without approve = TOOL, ... in [mcp.%s]", u->name);
-    return 0;
+    return config_endpoint_ttl_used(c, i, u->napprove > 0 || u->approve_destructive, "TOOL, ...");
 }
 
 const config_section config_mcp_section = {

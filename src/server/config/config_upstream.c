@@ -432,9 +432,8 @@ static int config_upstream_finish(config_ctx *c, size_t i)
     }
     if (config_upstream_tls(c, i) != 0)
         return -1;
-    if (u->napprove == 0 && config_line(c, CONFIG_UPSTREAM, i, "approve_ttl") > 0)
-        return config_fail_at(c, config_line(c, CONFIG_UPSTREAM, i, "approve_ttl"),
-                              "approve_ttl: does nothing without approve = RULE in [upstream.%s]", u->name);
+    if (config_endpoint_ttl_used(c, i, u->napprove > 0, "RULE") != 0)
+        return -1;
     return config_upstream_listen(c, i);
 }
 
