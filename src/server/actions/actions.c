@@ -17,8 +17,6 @@
 #include "server/core/worker.h"
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
-/* The longest actions path: two segments of an escaped scope and key. */
-#define ACTIONS_PATH_MAX 2048
 
 typedef struct act {
     req *r;
@@ -626,32 +624,24 @@ static void actions_unknown(req *r)
     actions_settle(r, "unknown");
 }
 
-/* Paths beyond what any action can name are refused before reading. */
-static int actions_admit(req *r, problem *p)
-{
-    if (strcspn(r->uri, "?") >= ACTIONS_PATH_MAX)
-        return problem_set(p, 414, "bad_request", "URI too long", "the path is too long");
-    return 0;
-}
-
 const route actions_routes[] = {
-    {.pattern = "/v1/actions", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"GET", actions_list}, {"POST", actions_reserve}}},
-    {.pattern = "/v1/actions/complete", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"POST", actions_complete}}},
-    {.pattern = "/v1/actions/release", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"POST", actions_release}}},
-    {.pattern = "/v1/actions/unknown", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"POST", actions_unknown}}},
-    {.pattern = "/v1/actions/renew", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"POST", actions_renew}}},
-    {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT, .admit = actions_admit,
-     .methods = {{"GET", actions_get}}},
-    {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
-     .methods = {{"POST", actions_resolve}}},
-    {.pattern = "/v1/actions/{}/{}/approve", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
-     .methods = {{"POST", actions_approve_route}}},
-    {.pattern = "/v1/actions/{}/{}/deny", .name = "actions", .access = ACCESS_OPERATOR, .admit = actions_admit,
-     .methods = {{"POST", actions_deny_route}}},
+    {.pattern = "/v1/actions", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"GET", actions_list}, {"POST", actions_reserve}}},
+    {.pattern = "/v1/actions/complete", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_complete}}},
+    {.pattern = "/v1/actions/release", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_release}}},
+    {.pattern = "/v1/actions/unknown", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_unknown}}},
+    {.pattern = "/v1/actions/renew", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_renew}}},
+    {.pattern = "/v1/actions/{}/{}", .name = "actions", .access = ACCESS_AGENT,
+     .admit = req_admit_named_path, .methods = {{"GET", actions_get}}},
+    {.pattern = "/v1/actions/{}/{}/resolve", .name = "actions", .access = ACCESS_OPERATOR,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_resolve}}},
+    {.pattern = "/v1/actions/{}/{}/approve", .name = "actions", .access = ACCESS_OPERATOR,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_approve_route}}},
+    {.pattern = "/v1/actions/{}/{}/deny", .name = "actions", .access = ACCESS_OPERATOR,
+     .admit = req_admit_named_path, .methods = {{"POST", actions_deny_route}}},
     {.pattern = NULL},
 };

@@ -295,6 +295,15 @@ void req_json_page(req *r, json_t *items, const char *next)
     req_json(r, 200, body);
 }
 
+/* Every route that names a record by its path bounds the path alike
+ * (/v1/actions…, /v1/events…). */
+int req_admit_named_path(req *r, problem *p)
+{
+    if (strcspn(r->uri, "?") >= REQ_NAMED_PATH_MAX)
+        return problem_set(p, 414, "bad_request", "URI too long", "the path is too long");
+    return 0;
+}
+
 /* The routes that name a record by two path segments (an action's scope
  * and key, an event's source and id) decode them alike. */
 int req_path_pair(req *r, char *a, size_t acap, char *b, size_t bcap, const char *what)

@@ -172,4 +172,13 @@ void req_json_page(req *r, json_t *items, const char *next);
  * or WHAT that is too long" (what names both: "a scope or key"). */
 int req_path_pair(req *r, char *a, size_t acap, char *b, size_t bcap, const char *what);
 
+/* The longest path of a route that names a record by its segments: two
+ * escaped ones (a scope or source, a key or event id) and the route's own. */
+#define REQ_NAMED_PATH_MAX 2048
+
+/* A route's admit (router.h) for such routes: a path of REQ_NAMED_PATH_MAX
+ * bytes or more names nothing, and is refused (414) before the body is
+ * read. */
+int req_admit_named_path(req *r, problem *p);
+
 #endif

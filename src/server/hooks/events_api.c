@@ -16,8 +16,6 @@
 #include "server/front/req.h"
 #include "server/core/worker.h"
 
-#define EVENTS_PATH_MAX 2048
-
 typedef struct evq {
     req *r;
     once_event_list_req lreq; /* its strings point into the buffers below */
@@ -132,18 +130,10 @@ static void events_redeliver(req *r)
         req_not_started(r, "out of memory");
 }
 
-/* Paths beyond what any event can name are refused before reading. */
-static int events_admit(req *r, problem *p)
-{
-    if (strcspn(r->uri, "?") >= EVENTS_PATH_MAX)
-        return problem_set(p, 414, "bad_request", "URI too long", "the path is too long");
-    return 0;
-}
-
 const route events_routes[] = {
-    {.pattern = "/v1/events", .name = "events", .access = ACCESS_OPERATOR, .admit = events_admit,
-     .methods = {{"GET", events_list}}},
-    {.pattern = "/v1/events/{}/{}/redeliver", .name = "events", .access = ACCESS_OPERATOR, .admit = events_admit,
-     .methods = {{"POST", events_redeliver}}},
+    {.pattern = "/v1/events", .name = "events", .access = ACCESS_OPERATOR,
+     .admit = req_admit_named_path, .methods = {{"GET", events_list}}},
+    {.pattern = "/v1/events/{}/{}/redeliver", .name = "events", .access = ACCESS_OPERATOR,
+     .admit = req_admit_named_path, .methods = {{"POST", events_redeliver}}},
     {.pattern = NULL},
 };
