@@ -47,6 +47,29 @@ void store_op_void(store_op *op, int code, const char *fmt, ...)
     op->rc = code;
 }
 
+/* Both stores begin alike: one allocation, their table, their queue. */
+void *store_head_new(size_t size, const store_vtable *vt)
+{
+    store_head *h = calloc(1, size);
+    if (h && bq_init(&h->queue) < 0) {
+        free(h);
+        h = NULL;
+    }
+    if (!h) {
+        once_fail(ONCE_ENOMEM, "store: out of memory");
+        return NULL;
+    }
+    h->base.vt = vt;
+    return h;
+}
+
+/* The queue is all store_head_new made besides the allocation. */
+void store_head_free(store_head *h)
+{
+    bq_destroy(&h->queue);
+    free(h);
+}
+
 /* Both stores answer a new attempt alike (a reservation that went ahead, an
  * approved action claimed): one place says what the caller gets. */
 void store_op_reserved(store_op *op, int64_t attempt, int64_t lease_expires_at)

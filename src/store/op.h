@@ -100,6 +100,15 @@ typedef struct store_head {
     batchq queue;           /* operations for the writers (group commit) */
 } store_head;
 
+/* The start of a store's open: size zeroed bytes (the store's own struct,
+ * its store_head first) with the vtable set and the writers' queue made.
+ * NULL, with ENOMEM's detail, when out of memory. */
+void *store_head_new(size_t size, const store_vtable *vt);
+
+/* Undoes store_head_new for an open that fails before anything else of
+ * the store exists: the queue, then the store itself. */
+void store_head_free(store_head *h);
+
 /* Queues op for the store's writers and waits until its batch is durable
  * (or failed); the op's result, with its detail set for this thread. */
 int store_op_submit_wait(batchq *q, store_op *op);

@@ -252,20 +252,13 @@ static int url_split(const char *url, char **libpq_url, char **schema)
 
 int pg_store_open(const char *url, once_store **out)
 {
-    pg_store *s = calloc(1, sizeof *s);
+    pg_store *s = store_head_new(sizeof *s, &pg_vtable);
     if (!s)
-        return once_fail(ONCE_ENOMEM, "store: out of memory");
-    s->head.base.vt = &pg_vtable;
+        return ONCE_ENOMEM;
     int rc = url_split(url, &s->url, &s->schema);
     if (rc < 0) {
-        free(s);
+        store_head_free(&s->head);
         return rc;
-    }
-    if (bq_init(&s->head.queue) < 0) {
-        free(s->url);
-        free(s->schema);
-        free(s);
-        return once_fail(ONCE_ENOMEM, "store: out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);

@@ -13,7 +13,6 @@
 #define TRAIL_APPEND(p) "trail = CASE WHEN trail IS NULL THEN " p " ELSE trail || char(10) || " p " END"
 
 static const char *const ap_sql[AP_COUNT] = {
-    [AP_SELECT] = "SELECT id, state, approved_at FROM actions WHERE scope = ?1 AND key = ?2",
     [AP_APPROVE] = "UPDATE actions SET approved_at = ?2, updated_at = ?2, decided_by = ?4, decision_note = ?5, "
                    TRAIL_APPEND("?3") " WHERE id = ?1",
     [AP_DENY] = "UPDATE actions SET state = 'denied', note = ?3, updated_at = ?2, expires_at = ?2 + retention_ms, "
@@ -37,27 +36,6 @@ static sqlite3_stmt *ap_stmt(sq_conn *c, store_op *op, enum sq_ap_stmt i)
     return sq_prepare(c, op, &c->ap[i], ap_sql[i]);
 }
 
-/* The row a decision is on: its id, state and approval. 0, or -1 with op
- * failed (ENOTFOUND when there is none). */
-static int decide_row(sq_conn *c, store_op *op, int64_t *id, once_state *state, int64_t *approved_at)
-{
-    sqlite3_stmt *st = ap_stmt(c, op, AP_SELECT);
-    int found = sq_find(c, op, st, "select", SQ_VALS(SQ_TEXT(op->scope), SQ_TEXT(op->key)));
-    if (found == 1) {
-        *id = sqlite3_column_int64(st, 0);
-        *approved_at = sqlite3_column_int64(st, 2);
-        const char *name = (const char *)sqlite3_column_text(st, 1);
-        if (!name || once_state_parse(name, state) < 0) {
-            store_op_fail(op, ONCE_ESTORE, "the row of %s/%s has an invalid state", op->scope, op->key);
-            found = -1;
-        }
-    }
-    sq_done(st);
-    if (found == 0)
-        store_op_fail(op, ONCE_ENOTFOUND, "no action %s/%s", op->scope, op->key);
-    return found == 1 ? 0 : -1;
-}
-
 /* A human's decision: an undecided action awaiting approval is approved
  * (it stays waiting for its sender) or denied, and who decided and why are
  * kept in the row (decided_by, decision_note). Approving an approved action
@@ -66,21 +44,20 @@ static int decide_row(sq_conn *c, store_op *op, int64_t *id, once_state *state, 
  * answer. An approved one can no longer be denied. */
 static void op_decide(sq_conn *c, store_op *op)
 {
-    int64_t id = 0, approved_at = 0;
-    once_state state;
-    if (decide_row(c, op, &id, &state, &approved_at) < 0)
+    sq_row_head h;
+    if (sq_row_need(c, op, &h) < 0)
         return;
     const char *verb = op->approve ? "approved" : "denied";
-    if (op->approve && approved_at > 0) {
+    if (op->approve && h.approved_at > 0) {
         op->rc = ONCE_OK; /* approved before: it is sent once */
         return;
     }
-    if (state != ONCE_STATE_AWAITING_APPROVAL) {
+    if (h.state != ONCE_STATE_AWAITING_APPROVAL) {
         store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only an action awaiting approval can be %s", op->scope, op->key,
-                      once_state_name(state), verb);
+                      once_state_name(h.state), verb);
         return;
     }
-    if (approved_at > 0) {
+    if (h.approved_at > 0) {
         if (op->approve)
             op->rc = ONCE_OK; /* approved before: it is sent once */
         else
@@ -94,10 +71,10 @@ static void op_decide(sq_conn *c, store_op *op)
     if (op->approve) {
         st = ap_stmt(c, op, AP_APPROVE);
     } else {
-        ONCE_ASSERT(ledger_transition_allowed(state, ONCE_STATE_DENIED));
+        ONCE_ASSERT(ledger_transition_allowed(h.state, ONCE_STATE_DENIED));
         st = sq_bind(ap_stmt(c, op, AP_DENY), 3, SQ_VALS(SQ_TEXT(op->text)));
     }
-    sq_bind(st, 1, SQ_VALS(SQ_INT(id), SQ_INT(op->now)));
+    sq_bind(st, 1, SQ_VALS(SQ_INT(h.id), SQ_INT(op->now)));
     sq_bind(st, op->approve ? 3 : 4, SQ_VALS(SQ_TEXT(op->step), SQ_TEXT(op->who), SQ_TEXT(op->decision_note)));
     sq_write_finish(c, op, st, verb);
 }

@@ -215,18 +215,7 @@ int sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
     return sqlite3_bind_blob64(st, i, n ? p : "", n, SQLITE_STATIC);
 }
 
-/* The columns of a row that the state machine decides on. */
-typedef struct row_head {
-    int64_t id;
-    once_state state;
-    int64_t attempt;
-    char token[ONCE_TOKEN_LEN + 1];
-    int64_t lease_expires_at;
-    int64_t expires_at;
-    int64_t retention_ms;
-} row_head;
-
-static int head_read(sqlite3_stmt *st, row_head *h)
+static int head_read(sqlite3_stmt *st, sq_row_head *h)
 {
     h->id = sqlite3_column_int64(st, C_ID);
     const char *state = (const char *)sqlite3_column_text(st, C_STATE);
@@ -238,6 +227,7 @@ static int head_read(sqlite3_stmt *st, row_head *h)
     h->lease_expires_at = sqlite3_column_int64(st, C_LEASE);
     h->expires_at = sqlite3_column_int64(st, C_EXPIRES);
     h->retention_ms = sqlite3_column_int64(st, C_RETENTION);
+    h->approved_at = sqlite3_column_int64(st, C_APPROVED);
     return ONCE_OK;
 }
 
@@ -261,7 +251,7 @@ void *sq_col_dup(sqlite3_stmt *st, int i, size_t *len, int *ok)
 
 static int row_decode(sqlite3_stmt *st, once_action *a)
 {
-    row_head h;
+    sq_row_head h;
     if (head_read(st, &h) < 0)
         return ONCE_ESTORE;
     int ok = 1;
@@ -305,8 +295,9 @@ static int row_find(sq_conn *c, store_op *op, sqlite3_stmt **out)
     return sq_find(c, op, *out, "select", SQ_VALS(SQ_TEXT(op->scope), SQ_TEXT(op->key)));
 }
 
-/* Finds the row and its head, failing op with ENOTFOUND if absent. */
-static int row_need(sq_conn *c, store_op *op, row_head *h)
+/* Every operation on a named action starts here: one place tells a row, none
+ * and a row that cannot be read apart. */
+int sq_row_need(sq_conn *c, store_op *op, sq_row_head *h)
 {
     sqlite3_stmt *st;
     int found = row_find(c, op, &st);
@@ -323,9 +314,9 @@ static int row_need(sq_conn *c, store_op *op, row_head *h)
 /* row_need, then ONCE_ESTATE unless the row is UNKNOWN (or HELD too, when
  * held_too): the operator's and the reconciler's transitions start only
  * there. verb completes "only unknown actions are ...". */
-static int row_need_unknown(sq_conn *c, store_op *op, row_head *h, int held_too, const char *verb)
+static int row_need_unknown(sq_conn *c, store_op *op, sq_row_head *h, int held_too, const char *verb)
 {
-    if (row_need(c, op, h) < 0)
+    if (sq_row_need(c, op, h) < 0)
         return -1;
     if (h->state == ONCE_STATE_UNKNOWN || (held_too && h->state == ONCE_STATE_HELD))
         return 0;
@@ -479,7 +470,7 @@ static sqlite3_stmt *bind_response(sqlite3_stmt *st, int i, const once_response 
 /* Answers a reservation from an existing row when the row alone decides it
  * (ledger_decide_reservation). st is positioned on the row. Returns 1
  * answered, 0 needs a write. */
-static int reserve_answer(sqlite3_stmt *st, const row_head *h, store_op *op)
+static int reserve_answer(sqlite3_stmt *st, const sq_row_head *h, store_op *op)
 {
     once_reserve_status status;
     if (!ledger_decide_reservation(h->state, h->lease_expires_at, h->expires_at, op->now, op->rreq->retry_unknown,
@@ -498,7 +489,7 @@ static int reserve_answer(sqlite3_stmt *st, const row_head *h, store_op *op)
 /* Moves the row to state to (asserted against the machine) with text as its
  * error (ST_SET_STATE says how) and expires_at; what names the write. 0, or
  * -1 with op failed. */
-static int set_state(sq_conn *c, store_op *op, const row_head *h, once_state to, const char *text,
+static int set_state(sq_conn *c, store_op *op, const sq_row_head *h, once_state to, const char *text,
                      int64_t expires_at, const char *what)
 {
     ONCE_ASSERT(ledger_transition_allowed(h->state, to));
@@ -572,7 +563,7 @@ static void op_reserve(sq_conn *c, store_op *op)
     if (!(st = sq_bind(stmt(c, op, ST_SELECT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)))))
         return;
     int rc = sqlite3_step(st);
-    row_head h;
+    sq_row_head h;
     if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
         if (rc == SQLITE_ROW || rc == SQLITE_DONE)
             store_op_fail(op, ONCE_ESTORE, "reserve: the conflicting row of %s/%s cannot be read", r->scope, r->key);
@@ -604,7 +595,7 @@ static void op_reserve(sq_conn *c, store_op *op)
 }
 
 /* Fencing: only the current attempt's token may settle the row. */
-static int fence(store_op *op, const row_head *h)
+static int fence(store_op *op, const sq_row_head *h)
 {
     if (strcmp(h->token, op->token) != 0) {
         store_op_fail(op, ONCE_ESTALE, "the token is not that of %s/%s's current attempt (%lld)", op->scope, op->key,
@@ -616,8 +607,8 @@ static int fence(store_op *op, const row_head *h)
 
 static void op_complete(sq_conn *c, store_op *op)
 {
-    row_head h;
-    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+    sq_row_head h;
+    if (sq_row_need(c, op, &h) < 0 || fence(op, &h) < 0)
         return;
     const char *late = NULL;
     switch (h.state) {
@@ -639,8 +630,8 @@ static void op_complete(sq_conn *c, store_op *op)
 
 static void op_settle(sq_conn *c, store_op *op)
 {
-    row_head h;
-    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+    sq_row_head h;
+    if (sq_row_need(c, op, &h) < 0 || fence(op, &h) < 0)
         return;
     if (h.state == op->to) {
         op->rc = ONCE_OK; /* a repeated call changes nothing */
@@ -659,8 +650,8 @@ static void op_settle(sq_conn *c, store_op *op)
 /* A live call's owner says it is still working: the lease moves on. */
 static void op_renew(sq_conn *c, store_op *op)
 {
-    row_head h;
-    if (row_need(c, op, &h) < 0 || fence(op, &h) < 0)
+    sq_row_head h;
+    if (sq_row_need(c, op, &h) < 0 || fence(op, &h) < 0)
         return;
     if (h.state != ONCE_STATE_PENDING) {
         store_op_fail(op, ONCE_ESTATE, "%s/%s is %s: only a pending action's lease is renewed", op->scope, op->key,
@@ -677,7 +668,7 @@ static void op_renew(sq_conn *c, store_op *op)
 
 /* How the operator's and the reconciler's updates start: row_need_unknown,
  * then statement i for the row (row_stmt). NULL when op failed. */
-static sqlite3_stmt *unknown_row_stmt(sq_conn *c, store_op *op, row_head *h, int held_too, const char *verb,
+static sqlite3_stmt *unknown_row_stmt(sq_conn *c, store_op *op, sq_row_head *h, int held_too, const char *verb,
                                       enum sq_stmt i)
 {
     if (row_need_unknown(c, op, h, held_too, verb) < 0)
@@ -687,7 +678,7 @@ static sqlite3_stmt *unknown_row_stmt(sq_conn *c, store_op *op, row_head *h, int
 
 static void op_resolve(sq_conn *c, store_op *op)
 {
-    row_head h;
+    sq_row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 1, "resolved", ST_RESOLVE);
     once_state to = ledger_outcome_state(op->outcome);
     ONCE_ASSERT(!st || ledger_transition_allowed(h.state, to));
@@ -697,7 +688,7 @@ static void op_resolve(sq_conn *c, store_op *op)
 
 static void op_hold(sq_conn *c, store_op *op)
 {
-    row_head h;
+    sq_row_head h;
     if (row_need_unknown(c, op, &h, 0, "held") < 0)
         return;
     if (set_state(c, op, &h, ONCE_STATE_HELD, op->text, 0, "update state") == 0)
@@ -766,7 +757,7 @@ out:
 
 static void op_rc_settle(sq_conn *c, store_op *op)
 {
-    row_head h;
+    sq_row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_SETTLE);
     /* op carries a response and a provider id only for a completed outcome
      * (store_queue_reconcile). */
@@ -778,7 +769,7 @@ static void op_rc_settle(sq_conn *c, store_op *op)
 
 static void op_rc_failed(sq_conn *c, store_op *op)
 {
-    row_head h;
+    sq_row_head h;
     sqlite3_stmt *st = unknown_row_stmt(c, op, &h, 0, "reconciled", ST_RC_FAILED);
     sq_bind(st, 2, SQ_VALS(SQ_INT(op->now + op->delay_ms), SQ_INT(op->now), SQ_INT(op->dead), SQ_TEXT(op->text)));
     sq_write_finish(c, op, st, "reconcile failed");

@@ -49,7 +49,6 @@ enum sq_ev_stmt {
 
 /* The statements of the approval operations (sqlite_approvals.c). */
 enum sq_ap_stmt {
-    AP_SELECT,
     AP_APPROVE,
     AP_DENY,
     AP_EXPIRE,
@@ -164,6 +163,23 @@ int sq_read_page(sq_conn *c, store_op *op, sqlite3_stmt *st, const sq_rows *rows
 
 /* The ledger's code for an SQLite result code. */
 int sq_errcode(int rc);
+
+/* The columns of an action's row that the state machine decides on. */
+typedef struct sq_row_head {
+    int64_t id;
+    once_state state;
+    int64_t attempt;
+    char token[ONCE_TOKEN_LEN + 1];
+    int64_t lease_expires_at;
+    int64_t expires_at;
+    int64_t retention_ms;
+    int64_t approved_at; /* when a human approved it; 0 when not (yet) */
+} sq_row_head;
+
+/* Finds op's action (op->scope, op->key) and reads its head into *h: 0, or
+ * -1 with op failed (ENOTFOUND when there is none, ESTORE when its state
+ * cannot be read). */
+int sq_row_need(sq_conn *c, store_op *op, sq_row_head *h);
 
 /* The action of row id, decoded into *out: 0, or -1 with op failed. */
 int sq_action_by_id(sq_conn *c, store_op *op, int64_t id, once_action *out);

@@ -640,17 +640,15 @@ static int sync_start(sq_store *s)
 
 int sqlite_store_open(const char *path, once_store **out)
 {
-    sq_store *s = calloc(1, sizeof *s);
+    sq_store *s = store_head_new(sizeof *s, &sqlite_vtable);
     if (!s)
-        return once_fail(ONCE_ENOMEM, "store: out of memory");
-    s->head.base.vt = &sqlite_vtable;
+        return ONCE_ENOMEM;
     s->memory = strcmp(path, ":memory:") == 0;
     s->wal_limit = WAL_LIMIT_DEFAULT;
     s->lock_fd = -1;
     s->path = once_memdup0(path, strlen(path));
-    if (!s->path || bq_init(&s->head.queue) < 0) {
-        free(s->path);
-        free(s);
+    if (!s->path) {
+        store_head_free(&s->head);
         return once_fail(ONCE_ENOMEM, "store: out of memory");
     }
     pthread_mutex_init(&s->pool_mu, NULL);
