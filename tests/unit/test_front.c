@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
+#include "common/digest.h"
 #include "server/front/access.h"
 #include "server/front/router.h"
 #include "server/server.h"
@@ -196,12 +197,20 @@ static void test_target_url_keeps_host(void **state)
 
 /* ---- access ------------------------------------------------------------ */
 
-static auth_token tokens[] = {{.secret = "agent-secret", .role = ROLE_AGENT, .name = "bot"},
-                              {.secret = "op-secret", .role = ROLE_OPERATOR, .name = "alice"}};
+static auth_token tokens[] = {{.role = ROLE_AGENT, .name = "bot"}, {.role = ROLE_OPERATOR, .name = "alice"}};
+
+/* The gateway keeps each token's SHA-256 only. */
+static void tokens_digest(void)
+{
+    static const char *const secrets[] = {"agent-secret", "op-secret"};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(EVP_Digest(secrets[i], strlen(secrets[i]), tokens[i].digest, NULL, digest_sha256(), NULL), 1);
+}
 
 static void test_access_roles(void **state)
 {
     (void)state;
+    tokens_digest();
     once_config cfg = {.tokens = tokens, .ntokens = 2};
     problem p;
     const auth_token *who;

@@ -118,10 +118,8 @@ void config_free(once_config *cfg)
     char *strs[] = {cfg->path, cfg->listen, cfg->store, cfg->metrics_token, cfg->tls_cert, cfg->tls_key};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(strs[i]);
-    for (size_t i = 0; i < cfg->ntokens; i++) {
-        free(cfg->tokens[i].secret);
+    for (size_t i = 0; i < cfg->ntokens; i++)
         free(cfg->tokens[i].name);
-    }
     free(cfg->tokens);
     config_free_strs(cfg->secret_files, cfg->nsecret_files);
     config_free_strs(cfg->redact_headers, cfg->nredact_headers);
@@ -131,6 +129,9 @@ void config_free(once_config *cfg)
     for (size_t i = 0; i < cfg->nsources; i++)
         config_free_source(&cfg->sources[i]);
     free(cfg->sources);
+    for (size_t i = 0; i < cfg->nagents; i++)
+        config_agent_free(&cfg->agents[i]);
+    free(cfg->agents);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -139,6 +140,15 @@ const upstream_cfg *config_upstream(const once_config *cfg, const char *name)
     for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->nupstreams; i++) {
         if (strcmp(cfg->upstreams[i].name, name) == 0)
             return &cfg->upstreams[i];
+    }
+    return NULL;
+}
+
+const agent_cfg *config_agent(const once_config *cfg, const char *name)
+{
+    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->nagents; i++) {
+        if (strcmp(cfg->agents[i].name, name) == 0)
+            return &cfg->agents[i];
     }
     return NULL;
 }

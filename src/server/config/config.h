@@ -116,10 +116,48 @@ typedef struct source_cfg {
 typedef enum token_role { ROLE_AGENT = 1, ROLE_OPERATOR = 2 } token_role;
 
 typedef struct auth_token {
-    char *secret;          /* the bearer token itself: never logged */
+    unsigned char digest[32]; /* SHA-256 of the bearer token: the file may hold the token or
+                                 "sha256:HEX"; only the digest is kept, never the token */
     token_role role;
-    char *name;            /* for trails and logs: the third word, else "<role>-<line>" */
+    char *name;            /* the agent (or operator) it speaks for: the third word, else
+                              "<role>-<line>"; 1-64 of A-Z a-z 0-9 . _ - (it is stored in the ledger) */
 } auth_token;
+
+/* What an [agent.NAME] allow or limit line is about (docs/agents.md). */
+typedef enum grant_kind { GRANT_UPSTREAM = 1, GRANT_MCP = 2, GRANT_ACTIONS = 3, GRANT_HOOKS = 4 } grant_kind;
+
+/* allow = TARGET: ITEM, ITEM, ... */
+typedef struct agent_grant {
+    grant_kind kind;
+    char *target;  /* the upstream's or MCP server's name; NULL for actions and hooks */
+    char **items;  /* upstream: "METHOD PATTERN" in canonical form; MCP: tools; actions: scope
+                      patterns; hooks: sources; "*": all */
+    size_t nitems;
+    int line;
+} agent_grant;
+
+/* limit = TARGET[: RULE] [sum({json:/pointer})] N/WINDOW */
+typedef struct agent_limit {
+    char *text;        /* as written: names the limit in answers, logs, metrics and the ledger */
+    grant_kind kind;   /* an upstream, an MCP server or actions (hooks have none) */
+    char *target;      /* as in agent_grant */
+    char *rule;        /* "METHOD PATTERN", a tool or a scope pattern; NULL: all of the target */
+    char *sum;         /* the JSON pointer summed; NULL: a count */
+    uint64_t max;
+    int64_t window_ms; /* 1s .. 30d */
+    int line;
+} agent_limit;
+
+/* [agent.NAME]: what one agent may reach and how much it may do. */
+typedef struct agent_cfg {
+    char *name; /* first: the loader's named sections start with their name */
+    agent_grant *grants;
+    size_t ngrants;
+    agent_limit *limits;
+    size_t nlimits;
+    int over_limit_approve; /* over_limit = refuse (0) | approve (1) */
+    int line;
+} agent_cfg;
 
 typedef struct once_config {
     char *path;            /* the file it was loaded from */
@@ -151,6 +189,9 @@ typedef struct once_config {
     size_t nupstreams;
     source_cfg *sources;
     size_t nsources;
+    agent_cfg *agents;     /* [agent.NAME] sections */
+    size_t nagents;
+    int agents_closed;     /* agents = open (0) | closed (1): every agent token needs a section */
 } once_config;
 
 /* Loads path into *cfg (zeroed first). On error returns a negative code,
@@ -171,6 +212,8 @@ const upstream_cfg *config_upstream(const once_config *cfg, const char *name);
 /* Whether s[0..n) may name an MCP tool here: 1-128 of A-Z a-z 0-9 _ - . /
  * (no ':', which ends the tool in a ledger key TOOL:KEY). */
 int config_mcp_tool_ok(const char *s, size_t n);
+/* The [agent.NAME] section called name, or NULL. */
+const agent_cfg *config_agent(const once_config *cfg, const char *name);
 /* The webhook source called name, or NULL. */
 const source_cfg *config_source(const once_config *cfg, const char *name);
 

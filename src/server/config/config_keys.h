@@ -67,7 +67,7 @@ typedef struct config_table {
  * and [mcp.NAME] write (an MCP server is an upstream_cfg too). */
 #define UP(f) offsetof(upstream_cfg, f)
 
-enum config_kind { CONFIG_SERVER, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_NKINDS };
+enum config_kind { CONFIG_SERVER, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_AGENT, CONFIG_NKINDS };
 
 /* A kind of section: its key tables, its instances' size, and its checks
  * ([server]'s one instance is the once_config itself). A key's index in
@@ -88,6 +88,7 @@ extern const config_section config_server_section;
 extern const config_section config_upstream_section;
 extern const config_section config_source_section;
 extern const config_section config_mcp_section;
+extern const config_section config_agent_section;
 
 /* Which keys an instance of a section set, and on which line. */
 typedef struct config_sec_state {
@@ -158,6 +159,16 @@ int config_push_str(char ***arr, size_t *n, const char *s, size_t len);
  * fight over a socket. */
 void config_free_strs(char **v, size_t n);
 int config_listen_clash(const char *x, const char *y);
+
+/* One "METHOD PATTERN" rule about an upstream's paths (approve, an agent's
+ * allow and limit lines), item nth of s[0..n): "all" (approve) is the
+ * caller's; here METHOD is upper case or '*' and PATTERN '*' or a path
+ * starting with '/', kept in the canonical form requests are matched in
+ * (pct_normalize). *out is "METHOD PATTERN" (allocated). 0 or -1. */
+int config_path_rule(config_ctx *c, const char *s, size_t n, size_t nth, char **out);
+
+/* (config_agent.c) Frees what an agent section owns. */
+void config_agent_free(agent_cfg *a);
 
 /* ---- typed setters (config_types.c) ---- */
 int config_duration(config_ctx *c, const config_key *k, void *field, const char *v);    /* int64_t ms */

@@ -55,7 +55,7 @@
  * [upstream.NAME] ones (one namespace, one array): each instance's state
  * says which table it was read with. */
 static const config_section *const config_named[] = {&config_upstream_section, &config_mcp_section,
-                                                     &config_source_section};
+                                                     &config_source_section, &config_agent_section};
 
 /* ---- messages ------------------------------------------------------------------- */
 
@@ -288,12 +288,34 @@ int config_split(config_ctx *c, const char *s, size_t n, char sep, config_item_f
 
 /* ---- keys and sections ------------------------------------------------------------------ */
 
+/* The array of a named kind's instances in the once_config. */
+static char *config_array(const once_config *cfg, enum config_kind kind)
+{
+    switch (kind) {
+    case CONFIG_UPSTREAM: return (char *)cfg->upstreams;
+    case CONFIG_SOURCE: return (char *)cfg->sources;
+    case CONFIG_AGENT: return (char *)cfg->agents;
+    default: return NULL;
+    }
+}
+
+/* How many instances of a named kind there are. */
+static size_t *config_count(once_config *cfg, enum config_kind kind)
+{
+    switch (kind) {
+    case CONFIG_UPSTREAM: return &cfg->nupstreams;
+    case CONFIG_SOURCE: return &cfg->nsources;
+    case CONFIG_AGENT: return &cfg->nagents;
+    default: return NULL;
+    }
+}
+
 /* Instance i of a section: [server] is the once_config itself. */
 static char *config_instance(once_config *cfg, const config_section *s, size_t i)
 {
     if (s->kind == CONFIG_SERVER)
         return (char *)cfg;
-    return (s->kind == CONFIG_UPSTREAM ? (char *)cfg->upstreams : (char *)cfg->sources) + i * s->size;
+    return config_array(cfg, s->kind) + i * s->size;
 }
 
 /* How many keys section s has: its own rows and the shared ones. */
@@ -366,25 +388,29 @@ static int config_grow(config_ctx *c, const config_section *s, size_t n)
     config_sec_state *st = realloc(c->st[s->kind], want * sizeof *st);
     if (st != NULL)
         c->st[s->kind] = st;
-    void *old = s->kind == CONFIG_UPSTREAM ? (void *)c->cfg->upstreams : (void *)c->cfg->sources;
-    void *arr = st != NULL ? realloc(old, want * s->size) : NULL;
+    void *arr = st != NULL ? realloc(config_array(c->cfg, s->kind), want * s->size) : NULL;
     if (arr == NULL)
         return config_fail_oom(c);
     if (s->kind == CONFIG_UPSTREAM)
         c->cfg->upstreams = arr;
-    else
+    else if (s->kind == CONFIG_SOURCE)
         c->cfg->sources = arr;
+    else
+        c->cfg->agents = arr;
     c->cap[s->kind] = want;
     return 0;
 }
 
-/* Opens [upstream.NAME] or [source.NAME]: a valid, new name, then the
- * table's defaults. Both structs start with the name (and have a line). */
+/* Opens [upstream.NAME], [mcp.NAME], [source.NAME] or [agent.NAME]: a
+ * valid, new name, then the table's defaults. Their structs start with the
+ * name (and have a line). */
 static int config_open_named(config_ctx *c, const config_section *s, const char *name)
 {
-    _Static_assert(offsetof(upstream_cfg, name) == 0 && offsetof(source_cfg, name) == 0, "name first");
+    _Static_assert(offsetof(upstream_cfg, name) == 0 && offsetof(source_cfg, name) == 0 &&
+                       offsetof(agent_cfg, name) == 0,
+                   "name first");
     char q[CONFIG_QUOTE_MAX];
-    size_t *n = s->kind == CONFIG_UPSTREAM ? &c->cfg->nupstreams : &c->cfg->nsources;
+    size_t *n = config_count(c->cfg, s->kind);
     if (once_scope_validate(name) != ONCE_OK)
         return config_fail(c, "[%s%s]: %s name is 1-64 characters of A-Z a-z 0-9 . _ -", s->prefix,
                            config_quote(name, q, sizeof q), s->noun);
@@ -433,7 +459,9 @@ static int config_open_section(config_ctx *c, const char *name)
             return config_open_named(c, config_named[k], name + strlen(prefix));
     }
     c->sec = NULL;
-    return config_fail(c, "unknown section [%s] (expected [server], [upstream.NAME], [mcp.NAME] or [source.NAME])",
+    return config_fail(c,
+                       "unknown section [%s] (expected [server], [upstream.NAME], [mcp.NAME], [source.NAME] or "
+                       "[agent.NAME])",
                        config_quote(name, q, sizeof q));
 }
 
@@ -575,7 +603,7 @@ static void config_parse(config_ctx *c)
  * from it. */
 static void config_finish(config_ctx *c)
 {
-    size_t n[CONFIG_NKINDS] = {1, c->cfg->nupstreams, c->cfg->nsources};
+    size_t n[CONFIG_NKINDS] = {1, c->cfg->nupstreams, c->cfg->nsources, c->cfg->nagents};
     for (int k = 0; k < CONFIG_NKINDS; k++) {
         for (size_t i = 0; i < n[k] && !c->failed; i++)
             c->st[k][i].sec->finish(c, i);
@@ -611,8 +639,8 @@ int config_load_stream(FILE *fp, const char *path, once_config *cfg, char *err, 
     if (!c.failed)
         config_finish(&c);
     free(c.linebuf);
-    free(c.st[CONFIG_UPSTREAM]);
-    free(c.st[CONFIG_SOURCE]);
+    for (int k = CONFIG_UPSTREAM; k < CONFIG_NKINDS; k++)
+        free(c.st[k]);
     free(c.dir);
     if (c.failed) {
         config_free(cfg);

@@ -1,14 +1,17 @@
 /*
  * config_server.c — the [server] section: its key table, the setters only
  * it needs (store, tokens_file, redact_headers, metrics_token), and what is
- * decided once the file is read: tls_cert goes with tls_key, and the
- * environment (ONCE_LISTEN, ONCE_STORE) overrides the file.
+ * decided once the file is read: tls_cert goes with tls_key, every agent
+ * token has a section under agents = closed, and the environment
+ * (ONCE_LISTEN, ONCE_STORE) overrides the file.
  */
 #include "server/config/config_keys.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
+#include "common/hex.h"
 #include "once/once.h"
 
 #define SRV(f) offsetof(once_config, f)
@@ -54,12 +57,33 @@ static size_t config_word_at(const char *s, size_t n, size_t *at, const char **w
     return i - start;
 }
 
-/* "TOKEN [ROLE [NAME]]" per line (docs/config.md). The token itself is
- * never shown in a message. */
+/* The digest a tokens_file line names: "sha256:HEX" (64 hex digits, the
+ * token's SHA-256), or the SHA-256 of the token written out. 0 or -1. */
+static int config_token_digest(const char *tok, size_t tl, unsigned char digest[32])
+{
+    static const char pre[] = "sha256:";
+    size_t pl = sizeof pre - 1;
+    if (tl > pl && memcmp(tok, pre, pl) == 0) {
+        if (tl != pl + 64)
+            return -1;
+        for (size_t i = 0; i < 32; i++) {
+            int hi = hex_value(tok[pl + 2 * i]), lo = hex_value(tok[pl + 2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return -1;
+            digest[i] = (unsigned char)(hi << 4 | lo);
+        }
+        return 0;
+    }
+    return EVP_Digest(tok, tl, digest, NULL, digest_sha256(), NULL) == 1 ? 0 : -1;
+}
+
+/* "TOKEN [ROLE [NAME]]" per line (docs/config.md); TOKEN may be
+ * "sha256:HEX". The token itself is never shown in a message, nor kept:
+ * only its digest is. */
 static int config_add_token(config_ctx *c, const char *fname, int fline, const char *s, size_t n)
 {
-    static const char form[] = "a token must be printable ASCII without spaces, then optionally a role "
-                               "(agent or operator) and a name";
+    static const char form[] = "a token must be printable ASCII without spaces (or sha256: and 64 hex digits), "
+                               "then optionally a role (agent or operator) and a name";
     once_config *cfg = c->cfg;
     size_t at = 0;
     const char *tok, *role, *name, *extra;
@@ -69,29 +93,37 @@ static int config_add_token(config_ctx *c, const char *fname, int fline, const c
     size_t xl = config_word_at(s, n, &at, &extra);
     int op = rl == 8 && strncmp(role, "operator", 8) == 0;
     int bad = rl != 0 && !op && !(rl == 5 && strncmp(role, "agent", 5) == 0);
+    unsigned char digest[32];
     for (size_t i = 0; i < n; i++)
         bad |= (unsigned char)s[i] >= 0x7f;
-    if (bad || config_has_ctl(s, n, 1) || tl == 0 || xl != 0 || nl > 64)
+    if (bad || config_has_ctl(s, n, 1) || tl == 0 || xl != 0 || config_token_digest(tok, tl, digest) != 0)
         return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, form);
-    for (size_t i = 0; i < cfg->ntokens; i++)
-        if (strlen(cfg->tokens[i].secret) == tl && memcmp(cfg->tokens[i].secret, tok, tl) == 0)
-            return config_fail(c, "%s: '%s' line %d: the same token is on an earlier line", c->key, fname, fline);
-    auth_token *grown = realloc(cfg->tokens, (cfg->ntokens + 1) * sizeof *grown);
-    if (grown == NULL)
-        return config_fail_oom(c);
-    cfg->tokens = grown;
-    auth_token *t = &cfg->tokens[cfg->ntokens];
     char defname[32];
     snprintf(defname, sizeof defname, "%s-%d", op ? "operator" : "agent", fline);
-    t->secret = strndup(tok, tl);
-    t->name = nl ? strndup(name, nl) : strdup(defname);
-    t->role = op ? ROLE_OPERATOR : ROLE_AGENT;
-    if (t->secret == NULL || t->name == NULL) {
-        free(t->secret);
-        free(t->name);
+    char *nm = nl ? strndup(name, nl) : strdup(defname);
+    if (nm == NULL)
+        return config_fail_oom(c);
+    if (once_scope_validate(nm) != ONCE_OK) {
+        free(nm);
+        return config_fail(c, "%s: '%s' line %d: a name is 1-64 characters of A-Z a-z 0-9 . _ -", c->key, fname,
+                           fline);
+    }
+    for (size_t i = 0; i < cfg->ntokens; i++) {
+        if (memcmp(cfg->tokens[i].digest, digest, sizeof digest) == 0) {
+            free(nm);
+            return config_fail(c, "%s: '%s' line %d: the same token is on an earlier line", c->key, fname, fline);
+        }
+    }
+    auth_token *grown = realloc(cfg->tokens, (cfg->ntokens + 1) * sizeof *grown);
+    if (grown == NULL) {
+        free(nm);
         return config_fail_oom(c);
     }
-    cfg->ntokens++;
+    cfg->tokens = grown;
+    auth_token *t = &cfg->tokens[cfg->ntokens++];
+    memcpy(t->digest, digest, sizeof digest);
+    t->name = nm;
+    t->role = op ? ROLE_OPERATOR : ROLE_AGENT;
     return 0;
 }
 
@@ -156,6 +188,8 @@ static const config_key config_server_keys[] = {
     {.name = "tls_cert", .set = config_pem, .field = SRV(tls_cert), .flags = CK_PATH},
     {.name = "tls_key", .set = config_pem, .field = SRV(tls_key), .flags = CK_PATH | CK_SECRET},
     {.name = "wal_max", .set = config_size, .field = SRV(wal_max), .min = 1 << 20, .default_value = "64MiB"},
+    {.name = "agents", .set = config_word, .field = SRV(agents_closed), .default_value = "open",
+     .words = "open|closed"},
 };
 
 _Static_assert(offsetof(once_config, nredact_headers) == offsetof(once_config, redact_headers) + sizeof(char **),
@@ -184,12 +218,29 @@ static int config_apply_env(config_ctx *c)
     return 0;
 }
 
+/* agents = closed: every agent token names an [agent.NAME] section, so no
+ * agent has reach nobody wrote down. */
+static int config_agents_closed(config_ctx *c)
+{
+    const once_config *cfg = c->cfg;
+    for (size_t i = 0; cfg->agents_closed && i < cfg->ntokens; i++) {
+        const auth_token *t = &cfg->tokens[i];
+        if (t->role == ROLE_AGENT && config_agent(cfg, t->name) == NULL)
+            return config_fail_at(c, config_line(c, CONFIG_SERVER, 0, "agents"),
+                                  "agents = closed: the token of agent '%s' (tokens_file) has no [agent.%s] section",
+                                  t->name, t->name);
+    }
+    return 0;
+}
+
 /* A certificate without its key is half a setting. */
 static int config_server_finish(config_ctx *c, size_t i)
 {
     (void)i;
     if ((c->cfg->tls_cert == NULL) != (c->cfg->tls_key == NULL))
         return config_fail_at(c, c->server_line, "[server]: tls_cert and tls_key go together");
+    if (config_agents_closed(c) != 0)
+        return -1;
     return config_apply_env(c);
 }
 

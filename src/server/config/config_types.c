@@ -3,7 +3,8 @@
  * size, a bounded number, yes/no, one of some words, a listen address, an
  * http(s) URL, a PEM file, a header name), so that every key of a type is
  * read, bounded and explained in one place; the value parsers config.h
- * exports; and the small checks the sections' own setters share.
+ * exports; the small checks the sections' own setters share; and the path
+ * rules approve, allow and limit lines are written in.
  */
 #include "server/config/config_keys.h"
 
@@ -17,6 +18,7 @@
 #include <curl/curl.h>
 
 #include "common/json_pointer.h"
+#include "common/pct.h"
 
 /* ---- parsers ---------------------------------------------------------------- */
 
@@ -65,12 +67,12 @@ static int config_parse_unit(const char *s, const config_unit *u, uint64_t max, 
 }
 
 /* n in the largest unit that divides it, for a bound in a message: 7d. */
-static const char *config_fmt_unit(uint64_t n, const config_unit *u, char *buf, size_t cap)
+static const char *config_fmt_unit(uint64_t n, const config_unit *u, char *text, size_t cap)
 {
     while (u[1].name != NULL && n % u->mult != 0)
         u++;
-    snprintf(buf, cap, "%llu%s", (unsigned long long)(n / u->mult), u->name);
-    return buf;
+    snprintf(text, cap, "%llu%s", (unsigned long long)(n / u->mult), u->name);
+    return text;
 }
 
 int config_parse_duration(const char *s, int64_t *ms)
@@ -403,3 +405,47 @@ int config_url(config_ctx *c, const config_key *k, void *field, const char *v)
     *(char **)field = copy;
     return 0;
 }
+
+/* METHOD PATTERN: METHOD upper case or '*', PATTERN '*' for any path, or a
+ * path starting with '/' in which '*' matches any characters. The pattern
+ * is kept in the canonical form requests are matched in, so
+ * "/v1/%72efunds" and "/v1/refunds" are one rule. */
+int config_path_rule(config_ctx *c, const char *s, size_t n, size_t nth, char **out)
+{
+    char q[CONFIG_QUOTE_MAX];
+    config_quote_n(s, n, q, sizeof q);
+    *out = NULL;
+    size_t ml = 0;
+    while (ml < n && s[ml] != ' ' && s[ml] != '\t')
+        ml++;
+    size_t p = ml;
+    while (p < n && (s[p] == ' ' || s[p] == '\t'))
+        p++;
+    int method_ok = ml > 0;
+    for (size_t i = 0; i < ml && !(ml == 1 && s[0] == '*'); i++)
+        method_ok &= s[i] >= 'A' && s[i] <= 'Z';
+    if (!method_ok || p == n || (s[p] != '/' && s[p] != '*'))
+        return config_fail(c, "%s: item %zu '%s' is not %sMETHOD PATTERN (POST /v1/refunds*, DELETE *)", c->key,
+                           nth, q, strcmp(c->key, "approve") == 0 ? "'all' or " : "");
+    for (size_t i = p; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == '?' || ch == '#')
+            return config_fail(c,
+                               "%s: item %zu '%s': spaces, control characters, non-ASCII, '?' and '#' are not "
+                               "allowed in the path pattern",
+                               c->key, nth, q);
+    }
+    char *rule = NULL;
+    if (asprintf(&rule, "%.*s %.*s", (int)ml, s, (int)(n - p), s + p) < 0)
+        return config_fail_oom(c);
+    char *pattern = rule + ml + 1;
+    if (!pct_valid(pattern)) {
+        free(rule);
+        return config_fail(c, "%s: item %zu '%s': a '%%' in the path pattern must start an escape (%%2F)", c->key,
+                           nth, q);
+    }
+    pct_normalize(pattern, strlen(pattern));
+    *out = rule;
+    return 0;
+}
+

@@ -15,7 +15,6 @@
 #include <strings.h>
 
 #include "common/key_template.h"
-#include "common/pct.h"
 
 /* ---- statuses --------------------------------------------------------------------- */
 
@@ -246,48 +245,15 @@ static int config_lookup_absent(config_ctx *c, const config_key *k, void *field,
     return 0;
 }
 
-/* One rule of approve: "all", or METHOD PATTERN (METHOD upper case or '*',
- * PATTERN '*' for any path, or a path starting with '/' in which '*' matches
- * any characters). The pattern is kept in the canonical form requests are
- * matched in (pct_normalize), so "/v1/%72efunds" and "/v1/refunds" are one
- * rule. */
+/* One rule of approve: "all", or a path rule (config_path_rule). */
 static int config_approve_rule(config_ctx *c, void *arg, const char *s, size_t n, size_t nth)
 {
     upstream_cfg *u = arg;
-    char q[CONFIG_QUOTE_MAX];
-    config_quote_n(s, n, q, sizeof q);
+    char *rule = NULL;
     if (n == 3 && memcmp(s, "all", 3) == 0)
         return config_push_str(&u->approve, &u->napprove, "* *", 3) != 0 ? config_fail_oom(c) : 0;
-    size_t ml = 0;
-    while (ml < n && s[ml] != ' ' && s[ml] != '\t')
-        ml++;
-    size_t p = ml;
-    while (p < n && (s[p] == ' ' || s[p] == '\t'))
-        p++;
-    int method_ok = ml > 0;
-    for (size_t i = 0; i < ml && !(ml == 1 && s[0] == '*'); i++)
-        method_ok &= s[i] >= 'A' && s[i] <= 'Z';
-    if (!method_ok || p == n || (s[p] != '/' && s[p] != '*'))
-        return config_fail(c, "%s: item %zu '%s' is not 'all' or METHOD PATTERN (POST /v1/refunds*, DELETE *)",
-                           c->key, nth, q);
-    for (size_t i = p; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch <= 0x20 || ch >= 0x7f || ch == '?' || ch == '#')
-            return config_fail(c,
-                               "%s: item %zu '%s': spaces, control characters, non-ASCII, '?' and '#' are not "
-                               "allowed in the path pattern",
-                               c->key, nth, q);
-    }
-    char *rule = NULL;
-    if (asprintf(&rule, "%.*s %.*s", (int)ml, s, (int)(n - p), s + p) < 0)
-        return config_fail_oom(c);
-    char *pattern = rule + ml + 1;
-    if (!pct_valid(pattern)) {
-        free(rule);
-        return config_fail(c, "%s: item %zu '%s': a '%%' in the path pattern must start an escape (%%2F)", c->key,
-                           nth, q);
-    }
-    pct_normalize(pattern, strlen(pattern));
+    if (config_path_rule(c, s, n, nth, &rule) != 0)
+        return -1;
     int rc = config_push_str(&u->approve, &u->napprove, rule, strlen(rule));
     free(rule);
     return rc != 0 ? config_fail_oom(c) : 0;

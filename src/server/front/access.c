@@ -10,22 +10,25 @@
 
 #include <openssl/crypto.h>
 
+#include "common/digest.h"
 #include "common/hex.h"
 #include "common/pct.h"
 
-/* The configured token the header carries, or NULL. Every token is
- * compared, each in constant time, so timing tells nothing about how much
- * of which token matched. */
+/* The configured token the header carries, or NULL. The presented token's
+ * SHA-256 is compared with every configured digest, each in constant time,
+ * so timing tells nothing about which token came close; the file may hold
+ * digests only (sha256:HEX), and the gateway keeps no token in memory. */
 static const auth_token *access_token(const once_config *cfg, const char *authorization)
 {
     if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
         return NULL;
     const char *tok = authorization + 7;
-    size_t n = strlen(tok);
+    unsigned char digest[32];
+    if (EVP_Digest(tok, strlen(tok), digest, NULL, digest_sha256(), NULL) != 1)
+        return NULL;
     const auth_token *found = NULL;
     for (size_t i = 0; i < cfg->ntokens; i++) {
-        size_t tn = strlen(cfg->tokens[i].secret);
-        if (tn == n && CRYPTO_memcmp(tok, cfg->tokens[i].secret, n) == 0)
+        if (CRYPTO_memcmp(digest, cfg->tokens[i].digest, sizeof digest) == 0)
             found = &cfg->tokens[i];
     }
     return found;
