@@ -12,6 +12,7 @@
 #include "common/key_template.h"
 #include "server/actions/actions.h"
 #include "server/jobs/approvals.h"
+#include "server/core/grants.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
 #include "server/core/worker.h"
@@ -98,6 +99,23 @@ static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
     return 0;
 }
 
+/* An agent with an [agent.NAME] section acts only in scopes its grants
+ * name (docs/agents.md): reserve, only where an actions line allows it;
+ * read and settle, there and in the scopes of the upstreams and MCP
+ * servers it may use. 0, or answered (403 not_allowed) and -1. */
+static int scope_granted(req *r, const char *scope, int reserve)
+{
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (reserve ? grants_actions_scope(ag, scope) : grants_scope(ag, scope))
+        return 0;
+    problem p;
+    char what[ONCE_SCOPE_MAX + 16];
+    snprintf(what, sizeof what, "the scope '%s'", scope);
+    grants_refuse(&p, ag, what);
+    req_problem_from(r, &p);
+    return -1;
+}
+
 /* The state of a route under /v1/actions/{scope}/{key}: the action the
  * path names, validated and noted for the log line. NULL when answered. */
 static act *act_at(req *r)
@@ -112,6 +130,8 @@ static act *act_at(req *r)
     memcpy(a->scope, scope, strlen(scope) + 1);
     memcpy(a->key, key, strlen(key) + 1);
     req_note_key(r, a->scope, a->key);
+    if (scope_granted(r, a->scope, 0) < 0)
+        return NULL;
     return a;
 }
 
@@ -330,7 +350,8 @@ static void actions_reserve(req *r)
     if (!a || body_parse(a) < 0)
         return;
     int templated = json_object_get(a->body, "key_template") && !json_object_get(a->body, "key");
-    if ((templated ? key_from_template(a) < 0 : member_name(a, 0) < 0) || scope_open(a) < 0)
+    if ((templated ? key_from_template(a) < 0 : member_name(a, 0) < 0) || scope_granted(r, a->scope, 1) < 0 ||
+        scope_open(a) < 0)
         return;
     const char *fp;
     if (member_str(a, "fingerprint", 0, &fp) < 0)
@@ -401,7 +422,7 @@ static void on_settled(void *ctx, int rc, const char *detail)
 static void actions_settle(req *r, const char *verb)
 {
     act *a = act_new(r);
-    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_granted(r, a->scope, 0) < 0 || scope_open(a) < 0)
         return;
     once_store *st = r->srv->store;
     int rc;
@@ -449,7 +470,7 @@ static void on_renewed(void *ctx, int rc, const char *detail)
 static void actions_renew(req *r)
 {
     act *a = act_new(r);
-    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_open(a) < 0)
+    if (!a || body_parse(a) < 0 || member_name(a, 1) < 0 || scope_granted(r, a->scope, 0) < 0 || scope_open(a) < 0)
         return;
     int64_t lease;
     if (member_lease(a, &lease) < 0)
@@ -511,6 +532,15 @@ static void actions_list(req *r)
         req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
         return;
     }
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (!hsc && ag) {
+        problem p;
+        grants_refuse(&p, ag, "every scope at once (list one: ?scope=NAME)");
+        req_problem_from(r, &p);
+        return;
+    }
+    if (hsc && scope_granted(r, a->lscope, 0) < 0)
+        return;
     if (hsc)
         lr.scope = a->lscope;
     a->lreq = lr;

@@ -68,6 +68,8 @@ typedef struct upstream_cfg {
                                    PATTERN any characters); "all" is stored as "* *" */
     size_t napprove;
     int64_t approve_ttl_ms;     /* approve_ttl = 24h: undecided after this, denied */
+    int path_grants;            /* an [agent.NAME] allow or limit line has a path rule about this upstream
+                                   (set by the loader): its paths must read one way (target_ambiguous) */
 
     /* [mcp.NAME] (docs/mcp.md): an MCP server in the same namespace; its
      * approve holds tool names, and url is NULL for a stdio server. */

@@ -60,6 +60,15 @@ static int grants_find(const agent_cfg *a, grant_kind kind, const char *target, 
     return 0;
 }
 
+int grants_mcp_server(const agent_cfg *a, const char *mcp)
+{
+    for (size_t g = 0; a != NULL && g < a->ngrants; g++) {
+        if (a->grants[g].kind == GRANT_MCP && strcmp(a->grants[g].target, mcp) == 0)
+            return 1;
+    }
+    return a == NULL;
+}
+
 int grants_tool(const agent_cfg *a, const char *mcp, const char *tool)
 {
     return a == NULL || grants_find(a, GRANT_MCP, mcp, tool);
@@ -98,4 +107,11 @@ int grants_has_path_rules(const once_config *cfg, const char *upstream)
         }
     }
     return 0;
+}
+
+int grants_refuse(problem *p, const agent_cfg *a, const char *what)
+{
+    return problem_set(p, 403, "not_allowed", "Not allowed",
+                       "agent '%s' has no grant for %s ([agent.%s] allow = ...); nothing was stored or sent", a->name,
+                       what, a->name);
 }

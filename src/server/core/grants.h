@@ -10,6 +10,7 @@
 #define ONCE_SERVER_CORE_GRANTS_H
 
 #include "server/config/config.h"
+#include "server/core/problem.h"
 
 /* The section of the agent a token speaks for, or NULL: an operator, no
  * token (auth off), or an agent without a section (full reach). */
@@ -19,6 +20,9 @@ const agent_cfg *grants_agent(const once_config *cfg, const auth_token *who);
  * the prefix, target_canon) to upstream up? Matched with case, on every
  * reading of the path (PATH_RULE_NARROW). */
 int grants_upstream(const agent_cfg *a, const char *upstream, const char *method, const char *target);
+
+/* May agent a reach MCP server mcp at all (some tool of it)? */
+int grants_mcp_server(const agent_cfg *a, const char *mcp);
 
 /* May agent a call tool on MCP server mcp? */
 int grants_tool(const agent_cfg *a, const char *mcp, const char *tool);
@@ -39,5 +43,10 @@ int grants_source(const agent_cfg *a, const char *source);
 /* Whether any agent has a path grant on upstream name, so that targets a
  * provider could read more than one way are refused there too. */
 int grants_has_path_rules(const once_config *cfg, const char *upstream);
+
+/* The answer to a request no grant covers: 403 not_allowed, naming the
+ * agent and what it asked for (what, e.g. "the upstream 'demo'"), never the
+ * request's own path or arguments. Returns -1. */
+int grants_refuse(problem *p, const agent_cfg *a, const char *what);
 
 #endif

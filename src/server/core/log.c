@@ -86,13 +86,14 @@ static void emit(line *l)
     (void)w;
 }
 
-void log_request(const char *method, const char *route, const char *scope, const char *key_hash, unsigned status,
-                 const char *outcome, double upstream_ms, double ms)
+void log_request(const char *method, const char *route, const char *agent, const char *scope, const char *key_hash,
+                 unsigned status, const char *outcome, double upstream_ms, double ms)
 {
     line l = {.len = 0};
     put_time(&l);
     put_str(&l, "method", method);
     put_str(&l, "route", route);
+    put_str(&l, "agent", agent);
     put_str(&l, "scope", scope);
     put_str(&l, "key_hash", key_hash);
     putf(&l, ",\"status\":%u", status);

@@ -4,10 +4,10 @@
 #ifndef ONCE_SERVER_LOG_H
 #define ONCE_SERVER_LOG_H
 
-/* A request: route, scope and key hash may be NULL; upstream_ms < 0 when no
- * upstream call was made. */
-void log_request(const char *method, const char *route, const char *scope, const char *key_hash, unsigned status,
-                 const char *outcome, double upstream_ms, double ms);
+/* A request: route, agent (the name of the caller's token), scope and key
+ * hash may be NULL; upstream_ms < 0 when no upstream call was made. */
+void log_request(const char *method, const char *route, const char *agent, const char *scope, const char *key_hash,
+                 unsigned status, const char *outcome, double upstream_ms, double ms);
 
 /* An event of the process (start, stop, a loop's failure). */
 void log_event(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

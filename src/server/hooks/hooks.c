@@ -19,6 +19,7 @@
 #include "json/json_items.h"
 #include "common/json_pointer.h"
 #include "server/hooks/hooks.h"
+#include "server/core/grants.h"
 #include "server/core/worker.h"
 #include "server/core/log.h"
 #include "common/pct.h"
@@ -480,7 +481,14 @@ static int inbox_admit(req *r, problem *p)
                     (vlen == 4 && strncmp(verb, "nack", 4) == 0)))
         return problem_set(p, 404, "not_found", "Not found", "use /v1/inbox/{source}/claim, ack or nack");
     snprintf(r->verb, sizeof r->verb, "%.*s", (int)vlen, verb);
-    return admit_source(r, rest, (size_t)(slash - rest), p);
+    if (admit_source(r, rest, (size_t)(slash - rest), p) < 0)
+        return -1;
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (grants_source(ag, r->src->cfg->name))
+        return 0;
+    char what[ONCE_SCOPE_MAX + 32];
+    snprintf(what, sizeof what, "the inbox of '%s'", r->src->cfg->name);
+    return grants_refuse(p, ag, what);
 }
 
 const route hooks_routes[] = {

@@ -15,6 +15,7 @@
  * server's timeout) on the bridge's list, its connection parked; /readyz
  * asks mcp_ready whether every stdio server has started.
  */
+#include "server/core/grants.h"
 #include "server/core/upstream_call.h"
 #include "server/mcp/mcp.h"
 
@@ -223,9 +224,24 @@ static void learn_event(void *ctx, const char *name, const char *data, size_t le
         json_decref(msg);
 }
 
+/* tools/list through once lists only the tools the agent may call
+ * (docs/agents.md): msg's result.tools, filtered in place. */
+static void tools_filter(json_t *msg, const agent_cfg *ag, const char *mcp)
+{
+    json_t *tools = json_object_get(json_object_get(msg, "result"), "tools");
+    for (size_t i = 0; i < json_array_size(tools);) {
+        const char *name = json_string_value(json_object_get(json_array_get(tools, i), "name"));
+        if (name && grants_tool(ag, mcp, name))
+            i++;
+        else
+            json_array_remove(tools, i);
+    }
+}
+
 /* A tools/list answer (JSON, or an event stream read whole): the tools'
- * annotations are learned from it. */
-static void pass_learn(mpass *p)
+ * annotations are learned from it. Returns the answer (the caller's to
+ * free), or NULL when none was found in the body. */
+static json_t *pass_learn(mpass *p)
 {
     out_call *c = &p->call;
     learn_ctx l = {.p = p};
@@ -237,10 +253,15 @@ static void pass_learn(mpass *p)
         sse_parser_feed(&sp, c->resp_body.data, c->resp_body.len);
         sse_parser_free(&sp);
     }
-    if (rpc_is_response_to(l.found, p->id))
-        mcp_tools_learn(p->rt->tools, json_object_get(l.found, "result"), p->first_page);
-    json_decref(l.found);
+    if (!rpc_is_response_to(l.found, p->id)) {
+        json_decref(l.found);
+        return NULL;
+    }
+    mcp_tools_learn(p->rt->tools, json_object_get(l.found, "result"), p->first_page);
+    return l.found;
 }
+
+static void reply_rpc(req *r, unsigned status, char *text, const char *session);
 
 static void on_pass_done(out_call *c)
 {
@@ -254,8 +275,24 @@ static void on_pass_done(out_call *c)
     }
     req *r = p->r;
     r->upstream_ms = c->seconds * 1e3;
-    if (p->learn && c->kind == OUT_ANSWERED && c->status == 200)
-        pass_learn(p);
+    json_t *list = p->learn && c->kind == OUT_ANSWERED && c->status == 200 ? pass_learn(p) : NULL;
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (p->learn && ag && c->kind == OUT_ANSWERED && c->status == 200) {
+        /* An agent with grants sees the granted tools only: an answer that
+         * cannot be read cannot be filtered, so it is not relayed. */
+        if (list)
+            tools_filter(list, ag, p->rt->up->name);
+        if (list)
+            reply_rpc(r, 200, json_dumps(list, JSON_COMPACT), NULL);
+        else
+            req_problem(r, 502, "upstream_failed", "Upstream failed", NULL,
+                        "the MCP server's tools/list answer could not be read, so it cannot be filtered for agent "
+                        "'%s'",
+                        ag->name);
+        json_decref(list);
+        return;
+    }
+    json_decref(list);
     relay_answer(r, c);
 }
 
@@ -357,8 +394,12 @@ static void on_stdio_answer(void *ctx, json_t *msg, int sent, const char *why)
         req_problem(r, 504, "upstream_failed", "Upstream failed", NULL, "%s", why);
         return;
     }
-    if (p->learn)
+    if (p->learn) {
         mcp_tools_learn(p->rt->tools, json_object_get(msg, "result"), p->first_page);
+        const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+        if (ag)
+            tools_filter(msg, ag, p->rt->up->name);
+    }
     char *text = json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
     reply_rpc(r, 200, text, NULL);
@@ -553,7 +594,12 @@ static int mcp_admit(req *r, problem *p)
         return problem_set(p, 400, "invalid_path", "Invalid path", "an MCP endpoint takes no query");
     r->up = up;
     snprintf(r->scope, sizeof r->scope, "%s", up->name);
-    return 0;
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (grants_mcp_server(ag, up->name))
+        return 0;
+    char what[ONCE_SCOPE_MAX + 32];
+    snprintf(what, sizeof what, "the MCP server '%s'", up->name);
+    return grants_refuse(p, ag, what);
 }
 
 static void mcp_post(req *r)

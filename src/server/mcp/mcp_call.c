@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "common/sse.h"
+#include "server/core/grants.h"
 #include "server/core/upstream_call.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
@@ -578,7 +579,9 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     json_t *params = json_object_get(msg, "params");
     const char *tool = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
-    if (tool && config_mcp_tool_ok(tool, strlen(tool)) && !mcp_tool_recorded(rt->up, rt->tools, tool)) {
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    int granted = !tool || grants_tool(ag, rt->up->name, tool);
+    if (granted && tool && config_mcp_tool_ok(tool, strlen(tool)) && !mcp_tool_recorded(rt->up, rt->tools, tool)) {
         metrics_mcp_call(r->srv->metrics, rt->up->name, tool, "readonly");
         mcp_pass(r, rt, msg);
         json_decref(msg);
@@ -604,6 +607,13 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     if (!tool_ok) {
         answer_error(mc, -32602, "once records tools named with 1-128 of A-Z a-z 0-9 _ - . / only; nothing was "
                      "done");
+        return;
+    }
+    if (!granted) {
+        answer_own(mc, "not_allowed",
+                   "The agent '%s' may not call the tool '%s' of '%s' (no allow line of [agent.%s] grants it). "
+                   "Nothing was done; calling again will not change that.",
+                   ag->name, tool, rt->up->name, ag->name);
         return;
     }
     if (call_key(mc, params) < 0)

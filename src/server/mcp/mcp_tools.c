@@ -254,7 +254,7 @@ char *mcp_result_answer(const json_t *id, const json_t *result, const char *outc
     }
     json_t *o = answer_envelope(id);
     if (!res || !meta || !o || json_object_set_new(meta, "once/outcome", json_string(outcome)) < 0 ||
-        json_object_set_new(meta, "once/key", json_string(key)) < 0 ||
+        (key && key[0] && json_object_set_new(meta, "once/key", json_string(key)) < 0) ||
         (mismatch && json_object_set_new(meta, "once/argumentsDiffer", json_true()) < 0)) {
         json_decref(res);
         json_decref(o);

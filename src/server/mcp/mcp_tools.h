@@ -82,7 +82,8 @@ void mcp_why_for_log(const json_t *final, const char *why, char *out, size_t cap
 
 /* A JSON-RPC response for id: {"jsonrpc":"2.0","id":id,"result":result}
  * with result's _meta losing any "once/..." member the server put there
- * and gaining "once/outcome" and "once/key", and
+ * and gaining "once/outcome" and "once/key" (omitted when key is NULL or
+ * empty: a call refused before it had one), and
  * "once/argumentsDiffer": true when mismatch (the key was first used with
  * other arguments, whose result this is). result is copied, not changed.
  * Serialized, malloc'd; NULL out of memory. */

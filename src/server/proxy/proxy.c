@@ -25,6 +25,7 @@
 #include "common/sse.h"
 #include "common/key_template.h"
 #include "json/action_json.h"
+#include "server/core/grants.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
 #include "common/pct.h"
@@ -731,6 +732,12 @@ static int admit_target(req *r, size_t at, problem *p)
     }
     target_canon(target);
     r->target = target;
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    if (!grants_upstream(ag, r->up->name, r->method, target)) {
+        char what[ONCE_SCOPE_MAX + 64];
+        snprintf(what, sizeof what, "%.16s on this path of the upstream '%s'", r->method, r->up->name);
+        return grants_refuse(p, ag, what);
+    }
     return 0;
 }
 
