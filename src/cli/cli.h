@@ -30,6 +30,7 @@ struct cli_command;
 typedef struct cli_ctx {
     const char *store_url;         /* --store, else $ONCE_STORE, else the default */
     int store_given;               /* --store was on the command line (serve: it beats the file) */
+    const char *config_path;       /* --config FILE: without --store, the store is the file's */
     int exit_code;                 /* when option parsing answered CLI_GETOPT_DONE: the exit code */
     const struct cli_command *cmd; /* the command running (cli_run_command): its usage and help */
 } cli_ctx;
@@ -46,6 +47,9 @@ typedef struct cli_command {
     const char *summary; /* one line for `once help` */
     const char *help;    /* the rest of `once help CMD`; may be NULL */
     int no_store;        /* it opens no store: its help does not list --store */
+    /* Prints the rest of `once help CMD` instead of help, for a text built
+     * at run time from what libonce names (ls's states); may be NULL. */
+    void (*print_help)(void);
 } cli_command;
 
 /* ---- the commands (cmd_*.c), listed in main.c's table ---- */
@@ -59,18 +63,20 @@ int cli_show_run(cli_ctx *ctx, int argc, char **argv);
 int cli_resolve_run(cli_ctx *ctx, int argc, char **argv);
 int cli_gc_run(cli_ctx *ctx, int argc, char **argv);
 int cli_hooks_run(cli_ctx *ctx, int argc, char **argv);
+int cli_token_run(cli_ctx *ctx, int argc, char **argv);
 /* approve and deny: argv[0] (the row's name) says which. */
 int cli_decide_run(cli_ctx *ctx, int argc, char **argv);
 
 /* Their help texts, the rest of `once help CMD`, each kept next to the
- * code it describes (show's is cli_record_help). */
+ * code it describes (show's is cli_record_help; ls prints its own). */
 extern const char cli_serve_help[];
 extern const char cli_check_config_help[];
-extern const char cli_ls_help[];
+void cli_ls_print_help(void);
 extern const char cli_resolve_help[];
 extern const char cli_gc_help[];
 extern const char cli_hooks_help[];
 extern const char cli_decide_help[];
+extern const char cli_token_help[];
 
 /* Runs cmd on argv (argv[0] is its name): sets ctx->cmd to it, so every
  * message of its own and of the helpers carries its usage, and restarts
@@ -85,6 +91,11 @@ void cli_print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Prints "once: <message>; usage: <cmd->usage>" and returns CLI_EXIT_USAGE. */
 int cli_fail_usage(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* cli_fail_once for a call about one record: what is "<doing> <first>
+ * <second>", the two names escaped but whole, so they can be copied back
+ * (a 64-hex-digit key included). */
+int cli_fail_once_about(int rc, const char *doing, const char *first, const char *second);
 
 /* Reports a failed libonce call: "once: <what>: <strerror>[: <detail>]".
  * Call it right after the failing call, before any other libonce call, so
@@ -101,6 +112,7 @@ int cli_exit_code(int rc);
 /* The long options every subcommand accepts besides its own, with the value
  * getopt_long returns for each. */
 #define CLI_OPT_STORE 1000
+#define CLI_OPT_CONFIG 1003
 #define CLI_OPT_HELP 'h'
 
 /* The start of every subcommand's shortopts: ':' (to tell a missing value
@@ -108,10 +120,12 @@ int cli_exit_code(int rc);
  * appends them: CLI_SHORTOPTS "c:l:". */
 #define CLI_SHORTOPTS ":h"
 
-/* The last rows of every subcommand's long options: --store, --help and the
- * zero row that ends the table, so no command can forget one of them. */
+/* The last rows of every subcommand's long options: --store, --config,
+ * --help and the zero row that ends the table, so no command can forget one
+ * of them. */
 #define CLI_LONGOPTS_COMMON                                                                        \
     {"store", required_argument, NULL, CLI_OPT_STORE},                                             \
+    {"config", required_argument, NULL, CLI_OPT_CONFIG},                                           \
     {"help", no_argument, NULL, CLI_OPT_HELP},                                                     \
     {NULL, 0, NULL, 0}
 
@@ -130,7 +144,8 @@ typedef int (*cli_option_fn)(const cli_command *cmd, void *arg, int c, const cha
 /* Parses the running command's options (ctx->cmd) with getopt_long, errors
  * reported in our format with its usage (opterr is off). shortopts is
  * CLI_SHORTOPTS, then the command's own; longopts the command's own rows,
- * then CLI_LONGOPTS_COMMON. --store updates ctx; --help prints the command's
+ * then CLI_LONGOPTS_COMMON. --store and --config update ctx (the global
+ * option parser of main.c is cli_take_global); --help prints the command's
  * help and ends it; a row with a flag pointer is set by getopt_long; any
  * other option goes to take (NULL when the command has none). Returns
  * CLI_GETOPT_END, or CLI_GETOPT_DONE with ctx->exit_code set. */
@@ -175,12 +190,24 @@ int cli_parse_limit(const cli_command *cmd, const char *s, size_t max, size_t *o
  * reports it (with libonce's detail) and returns CLI_EXIT_USAGE. */
 int cli_check_scope_key(const char *scope, const char *key);
 
+/* Checks an agent's NAME (1-64 of A-Z a-z 0-9 . _ -, as the tokens_file
+ * and [agent.NAME] name agents): CLI_EXIT_OK, or the mistake reported with
+ * cmd's usage and CLI_EXIT_USAGE. */
+int cli_check_agent_name(const cli_command *cmd, const char *name);
+
 /* `once help CMD` on stdout, as -h, --help and `once help CMD` answer it.
  * Returns the exit code (cli_finish_stdout). */
 int cli_show_help(const cli_command *cmd);
 
 /* The command called name among the n rows of table, or NULL. */
 const cli_command *cli_find_command(const cli_command *table, size_t n, const char *name);
+
+/* Takes one of the options main.c reads before the command: --store URL,
+ * --config FILE, either as "--NAME VALUE" (VALUE is next, the argument
+ * after arg, NULL when none) or "--NAME=VALUE". Returns the number of
+ * arguments taken (1 or 2), 0 when arg is neither option, or -1 with the
+ * mistake reported (an empty or missing value). */
+int cli_take_global(cli_ctx *ctx, const char *arg, const char *next);
 
 /* ---- stores (cli_util.c) ---- */
 
@@ -189,14 +216,19 @@ const cli_command *cli_find_command(const cli_command *table, size_t n, const ch
 typedef int (*cli_store_fn)(once_store *store, void *arg);
 
 /* Opens ctx's store, runs fn on it and closes it, so that no path of any
- * command leaves a store open. Returns fn's exit code, or the opening's when
- * the store cannot be opened (fn is not run then). stdout is not flushed:
- * the caller may print more and ends with cli_finish_stdout. */
+ * command leaves a store open. The store is --store's URL, else the store
+ * key of --config's file (loaded as `once serve --config` loads it, so
+ * $ONCE_STORE is over the file and a relative sqlite: path is relative to
+ * the working directory, as for serve), else $ONCE_STORE, else the default.
+ * Returns fn's exit code, or the opening's when the store cannot be opened
+ * (fn is not run then; a config that does not load is CLI_EXIT_USAGE, as for
+ * check-config). stdout is not flushed: the caller may print more and ends
+ * with cli_finish_stdout. */
 int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg);
 
 /* The action a command changes (resolve, approve, deny): SCOPE and KEY as
- * typed, and the two escaped and cut for its messages (set by
- * cli_change_action, NULL otherwise). */
+ * typed, and the two escaped (never cut: a person copies them back) for
+ * its messages (set by cli_change_action, NULL otherwise). */
 typedef struct cli_action_ref {
     const char *scope;
     const char *key;

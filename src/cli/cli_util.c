@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "server/config/config.h"
 
 /* Enough of a user-supplied string to recognise it in a message. */
 #define CLI_QUOTE_MAX 80
@@ -20,6 +21,8 @@
 #define CLI_LIMIT_QUOTE_MAX 64
 /* Enough of a libonce error detail; they are short sentences. */
 #define CLI_DETAIL_MAX 512
+/* Room for "file:line: what" with a quoted value or two (check-config's). */
+#define CLI_CONFIG_ERR_MAX 1024
 
 /* Escapes s into buf so a message stays one printable line whatever the
  * user typed. */
@@ -91,6 +94,24 @@ int cli_fail_once(int rc, const char *what)
     return cli_exit_code(rc);
 }
 
+/* The names are the ones a person typed, so they go out whole: a key cut
+ * with "..." cannot be pasted back into the next command. */
+int cli_fail_once_about(int rc, const char *doing, const char *first, const char *second)
+{
+    /* Nothing here calls libonce before cli_fail_once reads the detail. */
+    char *qf = cli_escape_dup(first, strlen(first), 0);
+    char *qs = cli_escape_dup(second, strlen(second), 0);
+    size_t n = strlen(doing) + (qf != NULL ? strlen(qf) : 1) + (qs != NULL ? strlen(qs) : 1) + 3;
+    char *what = malloc(n);
+    if (what != NULL)
+        snprintf(what, n, "%s %s %s", doing, qf != NULL ? qf : "?", qs != NULL ? qs : "?");
+    int code = cli_fail_once(rc, what != NULL ? what : doing);
+    free(what);
+    free(qf);
+    free(qs);
+    return code;
+}
+
 /* Ends a command from inside option parsing: the code goes in ctx, for the
  * command to return when cli_getopt answers CLI_GETOPT_DONE. */
 static int cli_getopt_done(cli_ctx *ctx, int code)
@@ -114,8 +135,45 @@ static int cli_fail_unknown_option(const cli_command *cmd, char **argv)
                           cli_quote(optind > 0 ? argv[optind - 1] : "?", q, sizeof q));
 }
 
-/* One step of getopt_long: --store and --help are handled here; returns
- * the value of any other option, CLI_GETOPT_END, or CLI_GETOPT_DONE. */
+/* Keeps --store's or --config's value (c says which) in ctx, wherever it
+ * was typed, so main.c and every command read the two alike. An empty or
+ * missing value is reported with cmd's usage (the general one for NULL). */
+static int cli_set_global(cli_ctx *ctx, const cli_command *cmd, int c, const char *value)
+{
+    if (value == NULL || value[0] == '\0')
+        return cli_fail_usage(cmd, "option '%s' needs a value", c == CLI_OPT_STORE ? "--store" : "--config");
+    if (c == CLI_OPT_STORE) {
+        ctx->store_url = value;
+        ctx->store_given = 1;
+    } else {
+        ctx->config_path = value;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* main.c reads its options by hand (the first word that is not one is the
+ * command); the values go through cli_set_global as the commands' do. */
+int cli_take_global(cli_ctx *ctx, const char *arg, const char *next)
+{
+    static const struct {
+        const char *name;
+        int c;
+    } globals[] = {{"--store", CLI_OPT_STORE}, {"--config", CLI_OPT_CONFIG}};
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
+        size_t n = strlen(globals[i].name);
+        if (strncmp(arg, globals[i].name, n) != 0 || (arg[n] != '\0' && arg[n] != '='))
+            continue;
+        const char *value = arg[n] == '=' ? arg + n + 1 : next;
+        if (cli_set_global(ctx, NULL, globals[i].c, value) != CLI_EXIT_OK)
+            return -1;
+        return arg[n] == '=' ? 1 : 2;
+    }
+    return 0;
+}
+
+/* One step of getopt_long: --store, --config and --help are handled here;
+ * returns the value of any other option, CLI_GETOPT_END, or
+ * CLI_GETOPT_DONE. */
 static int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv,
                       const char *shortopts, const struct option *longopts)
 {
@@ -124,10 +182,9 @@ static int cli_getopt(cli_ctx *ctx, const cli_command *cmd, int argc, char **arg
         int c = getopt_long(argc, argv, shortopts, longopts, NULL);
         switch (c) {
         case CLI_OPT_STORE:
-            if (optarg[0] == '\0')
-                return cli_getopt_done(ctx, cli_fail_usage(cmd, "option '--store' needs a value"));
-            ctx->store_url = optarg;
-            ctx->store_given = 1;
+        case CLI_OPT_CONFIG:
+            if (cli_set_global(ctx, cmd, c, optarg) != CLI_EXIT_OK)
+                return cli_getopt_done(ctx, CLI_EXIT_USAGE);
             continue;
         case CLI_OPT_HELP:
             return cli_getopt_done(ctx, cli_show_help(cmd));
@@ -240,15 +297,22 @@ int cli_parse_limit(const cli_command *cmd, const char *s, size_t max, size_t *o
 }
 
 /* The help of one command on stdout: its usage, summary and help text, and
- * --store unless it opens no store. Exit 0, unless writing it failed. */
+ * --store and --config unless it opens no store. Exit 0, unless writing it
+ * failed. */
 int cli_show_help(const cli_command *cmd)
 {
     printf("usage: %s\n\n%s\n", cmd->usage, cmd->summary);
-    if (cmd->help != NULL)
+    if (cmd->print_help != NULL) {
+        fputc('\n', stdout);
+        cmd->print_help();
+    } else if (cmd->help != NULL) {
         printf("\n%s", cmd->help);
+    }
     if (!cmd->no_store)
-        fputs("\nGlobal option:\n"
-              "  --store URL   the store: sqlite:PATH (default sqlite:once.db, or $ONCE_STORE) or postgres://...\n",
+        fputs("\nGlobal options:\n"
+              "  --store URL     the store: sqlite:PATH or postgres://...\n"
+              "  --config FILE   the gateway's config: its store, as 'once serve' opens it\n"
+              "                  (--store beats it; else $ONCE_STORE, else sqlite:once.db)\n",
               stdout);
     return cli_finish_stdout(CLI_EXIT_OK);
 }
@@ -275,31 +339,81 @@ int cli_run_command(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
     return cmd->run(ctx, argc, argv);
 }
 
-/* Opens ctx's store; on failure reports it and returns the exit code. */
-static int cli_open_store(const cli_ctx *ctx, once_store **out)
+/* The store key of the gateway's config at path, loaded as `once serve
+ * --config` loads it (so $ONCE_STORE is over the file, as for serve): a
+ * copy in *out. CLI_EXIT_OK, or the file's first problem reported and
+ * CLI_EXIT_USAGE, as check-config reports it. */
+static int cli_config_store(const char *path, char **out)
 {
-    /* The CLI reads and settles what a gateway wrote; it never makes a
-     * store: a typo in a path must not answer with an empty table. */
-    const char *url = ctx->store_url;
-    struct stat st;
-    if (strncmp(url, "sqlite:", 7) == 0 && strcmp(url + 7, ":memory:") != 0 && url[7] != '\0' &&
-        stat(url + 7, &st) != 0 && errno == ENOENT) {
-        char q[CLI_QUOTE_MAX];
-        cli_print_error("no store at %s (once serve creates it; --store or $ONCE_STORE names another)",
-                        cli_quote(url + 7, q, sizeof q));
-        return CLI_EXIT_STORE;
+    once_config cfg;
+    char err[CLI_CONFIG_ERR_MAX];
+    if (config_load(path, &cfg, err, sizeof err) != 0) {
+        cli_print_error("%s", err);
+        return CLI_EXIT_USAGE;
     }
-    int rc = once_store_open(ctx->store_url, out);
+    *out = strdup(cfg.store);
+    config_free(&cfg);
+    if (*out != NULL)
+        return CLI_EXIT_OK;
+    cli_print_error("out of memory");
+    return CLI_EXIT_STORE;
+}
+
+/* The CLI reads and settles what a gateway wrote; it never makes a store: a
+ * typo in a path must not answer with an empty table. An SQLite file that
+ * is not there is reported, saying how to name the gateway's store (config
+ * is the --config file the URL came from, NULL otherwise). */
+static int cli_check_sqlite_exists(const char *url, const char *config)
+{
+    struct stat st;
+    if (strncmp(url, "sqlite:", 7) != 0 || strcmp(url + 7, ":memory:") == 0 || url[7] == '\0' ||
+        stat(url + 7, &st) == 0 || errno != ENOENT)
+        return CLI_EXIT_OK;
+    char q[CLI_QUOTE_MAX];
+    char qc[CLI_QUOTE_MAX];
+    if (config != NULL)
+        cli_print_error("no store at %s, the store of --config %s (a relative path is from the working "
+                        "directory, as for once serve, which creates it)",
+                        cli_quote(url + 7, q, sizeof q), cli_quote(config, qc, sizeof qc));
+    else
+        cli_print_error("no store at %s (once serve creates it; pass --store URL or --config FILE, "
+                        "the gateway's config, to name another)",
+                        cli_quote(url + 7, q, sizeof q));
+    return CLI_EXIT_STORE;
+}
+
+/* Opens the store at url; on failure reports it, password redacted. */
+static int cli_open_url(const char *url, once_store **out)
+{
+    int rc = once_store_open(url, out);
     if (rc == ONCE_OK)
         return CLI_EXIT_OK;
     char q[CLI_QUOTE_MAX];
     char what[CLI_QUOTE_MAX + 32];
     char shown[CLI_QUOTE_MAX * 4];
-    once_store_url_redact(ctx->store_url, shown, sizeof shown); /* never a password on a terminal */
+    once_store_url_redact(url, shown, sizeof shown); /* never a password on a terminal */
     snprintf(what, sizeof what, "cannot open store '%s'", cli_quote(shown, q, sizeof q));
     cli_fail_once(rc, what);
     /* Even a malformed URL is a store problem, not a misuse of a command. */
     return CLI_EXIT_STORE;
+}
+
+/* Opens ctx's store (--store, else --config's, else $ONCE_STORE or the
+ * default); on failure reports it and returns the exit code. */
+static int cli_open_store(const cli_ctx *ctx, once_store **out)
+{
+    char *from_config = NULL;
+    if (!ctx->store_given && ctx->config_path != NULL) {
+        int code = cli_config_store(ctx->config_path, &from_config);
+        if (code != CLI_EXIT_OK)
+            return code;
+    }
+    const char *url = from_config != NULL ? from_config : ctx->store_url;
+    int code = cli_check_sqlite_exists(url, from_config != NULL ? ctx->config_path : NULL);
+    if (code == CLI_EXIT_OK)
+        code = cli_open_url(url, out);
+    free(from_config);
+    return code;
 }
 
 /* The store is closed on every path, whatever fn returned. */
@@ -315,14 +429,15 @@ int cli_run_on_store(const cli_ctx *ctx, cli_store_fn fn, void *arg)
 }
 
 /* Resolve, approve and deny name the action in every line they print: the
- * operands are escaped once, and freed on every path. */
+ * operands are escaped once, whole (a person copies the key from there),
+ * and freed on every path. */
 int cli_change_action(const cli_ctx *ctx, cli_action_ref *ref, cli_store_fn fn, void *arg)
 {
     int code = cli_check_scope_key(ref->scope, ref->key);
     if (code != CLI_EXIT_OK)
         return code;
-    ref->qs = cli_escape_dup(ref->scope, strlen(ref->scope), CLI_OPERAND_QUOTE_MAX);
-    ref->qk = cli_escape_dup(ref->key, strlen(ref->key), CLI_OPERAND_QUOTE_MAX);
+    ref->qs = cli_escape_dup(ref->scope, strlen(ref->scope), 0);
+    ref->qk = cli_escape_dup(ref->key, strlen(ref->key), 0);
     if (ref->qs == NULL || ref->qk == NULL) {
         cli_print_error("out of memory");
         code = CLI_EXIT_STORE;
@@ -354,6 +469,15 @@ int cli_check_scope_key(const char *scope, const char *key)
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
+}
+
+/* Agents are named as scopes are (the same set of bytes and length), so
+ * libonce's check of a scope is the one rule; the message names NAME. */
+int cli_check_agent_name(const cli_command *cmd, const char *name)
+{
+    if (once_scope_validate(name) == ONCE_OK)
+        return CLI_EXIT_OK;
+    return cli_fail_quoted(cmd, "invalid agent name", name, " (1-64 of A-Z a-z 0-9 . _ -)");
 }
 
 int cli_finish_stdout(int code)

@@ -27,11 +27,8 @@ static int decide_apply(once_store *store, void *arg)
     const cli_action_ref *a = &d->a;
     int rc = d->approve ? once_approve(store, a->scope, a->key, DECIDE_WHO, d->note)
                         : once_deny(store, a->scope, a->key, DECIDE_WHO, d->note);
-    if (rc != ONCE_OK) {
-        char what[192];
-        snprintf(what, sizeof what, "cannot %s action %s %s", d->approve ? "approve" : "deny", a->qs, a->qk);
-        return cli_fail_once(rc, what);
-    }
+    if (rc != ONCE_OK)
+        return cli_fail_once_about(rc, d->approve ? "cannot approve action" : "cannot deny action", a->scope, a->key);
     if (d->approve)
         printf("approved %s %s: a running gateway sends it within one loop interval\n", a->qs, a->qk);
     else

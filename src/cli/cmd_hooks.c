@@ -91,24 +91,19 @@ static int hooks_check_source_id(const char *source, const char *id)
     return code;
 }
 
-/* Reports a failed call about one event. ENOTFOUND gets its own words:
- * once_strerror names it "no such action", which would mislead here. */
+/* Reports a failed call about one event, its source and id whole (a
+ * person copies them back). ENOTFOUND gets its own words: once_strerror
+ * names it "no such action", which would mislead here. */
 static int hooks_fail_event(int rc, const char *doing, const char *source, const char *id)
 {
-    char *qs = cli_escape_dup(source, strlen(source), HOOKS_QUOTE_MAX);
-    char *qi = cli_escape_dup(id, strlen(id), HOOKS_QUOTE_MAX);
-    int code;
-    if (rc == ONCE_ENOTFOUND) {
-        cli_print_error("no such event %s %s", qs != NULL ? qs : "?", qi != NULL ? qi : "?");
-        code = CLI_EXIT_USAGE;
-    } else {
-        char what[2 * HOOKS_QUOTE_MAX + 64];
-        snprintf(what, sizeof what, "%s %s %s", doing, qs != NULL ? qs : "?", qi != NULL ? qi : "?");
-        code = cli_fail_once(rc, what);
-    }
+    if (rc != ONCE_ENOTFOUND)
+        return cli_fail_once_about(rc, doing, source, id);
+    char *qs = cli_escape_dup(source, strlen(source), 0);
+    char *qi = cli_escape_dup(id, strlen(id), 0);
+    cli_print_error("no such event %s %s", qs != NULL ? qs : "?", qi != NULL ? qi : "?");
     free(qs);
     free(qi);
-    return code;
+    return CLI_EXIT_USAGE;
 }
 
 /* ---- hooks ls ---------------------------------------------------------- */
@@ -345,14 +340,14 @@ const char cli_hooks_help[] =
     "Exit status: 0 success; 1 bad usage or no such event; 2 the store failed.\n";
 
 /* The subcommands, one row each as in main.c's table: name, run, usage,
- * then summary, help, no_store. */
+ * then summary, help, no_store, print_help. */
 static const cli_command hooks_subcommands[] = {
     {"ls", hooks_ls_run, "once hooks ls [--source S] [--status S] [--limit N] [--json]",
-     "List webhook events, oldest first.", hooks_ls_help, 0},
+     "List webhook events, oldest first.", hooks_ls_help, 0, NULL},
     {"show", hooks_show_run, "once hooks show SOURCE ID [--json]",
-     "Show one webhook event, with its headers and body.", cli_record_help, 0},
+     "Show one webhook event, with its headers and body.", cli_record_help, 0, NULL},
     {"redeliver", hooks_redeliver_run, "once hooks redeliver SOURCE ID",
-     "Make a webhook event pending and due now: the gateway delivers it again.", NULL, 0},
+     "Make a webhook event pending and due now: the gateway delivers it again.", NULL, 0, NULL},
 };
 
 #define HOOKS_NSUB (sizeof hooks_subcommands / sizeof hooks_subcommands[0])
@@ -362,7 +357,7 @@ static const cli_command hooks_subcommands[] = {
  * in any subcommand, so the word after it is that value. */
 static int hooks_takes_value(const char *name)
 {
-    static const char *const with_value[] = {"store", "source", "status", "limit"};
+    static const char *const with_value[] = {"store", "config", "source", "status", "limit"};
     size_t n = strlen(name);
     if (n == 0 || strchr(name, '=') != NULL)
         return 0;

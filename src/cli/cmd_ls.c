@@ -18,6 +18,11 @@
 
 enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE };
 
+/* Room for every state's name in one line (they are about 80 bytes). */
+#define LS_STATE_NAMES_MAX 256
+/* Help lines stay within a terminal's 80 columns. */
+#define LS_HELP_WIDTH 79
+
 /* What ls reads: its filters and the page in hand. */
 typedef struct ls_list {
     once_state state;
@@ -61,15 +66,33 @@ static int ls_to_json(const void *row, json_t **out)
     return action_json_from(row, out);
 }
 
+/* Every state libonce names, in the enum's order, "a, b, ... or z" into
+ * buf: read from libonce (once_state_name answers NULL past the last), so
+ * the message and the help cannot leave out a state the ledger has. */
+static char *ls_state_names(char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int s = ONCE_STATE_PENDING; once_state_name((once_state)s) != NULL && at < cap; s++) {
+        const char *sep = s == ONCE_STATE_PENDING ? "" : once_state_name((once_state)(s + 1)) ? ", " : " or ";
+        int n = snprintf(buf + at, cap - at, "%s%s", sep, once_state_name((once_state)s));
+        at += n > 0 ? (size_t)n : 0;
+    }
+    return buf;
+}
+
 /* Takes --status, and --scope as typed (ls_check checks it). */
 static int ls_filter(const cli_command *cmd, void *list, int c, const char *value)
 {
     ls_list *ls = list;
     if (c != LS_OPT_STATUS)
         return cli_take_text(cmd, (cli_text_option[]){{LS_OPT_SCOPE, &ls->scope}, {0, NULL}}, c, value);
-    if (once_state_parse(value, &ls->state) != ONCE_OK)
-        return cli_fail_quoted(cmd, "unknown status", value, " (expected pending, completed, released, unknown or held)");
-    return CLI_EXIT_OK;
+    if (once_state_parse(value, &ls->state) == ONCE_OK)
+        return CLI_EXIT_OK;
+    char names[LS_STATE_NAMES_MAX];
+    char tail[LS_STATE_NAMES_MAX + 16];
+    snprintf(tail, sizeof tail, " (expected %s)", ls_state_names(names, sizeof names));
+    return cli_fail_quoted(cmd, "unknown status", value, tail);
 }
 
 /* A scope is checked as the ledger would, with its words for what is
@@ -89,13 +112,31 @@ static int ls_check(void *list)
 
 static const char *const ls_head[6] = {"SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "PROVIDER_ID"};
 
-/* The options below, as `once help ls` describes them. */
-const char cli_ls_help[] =
-    "Options:\n"
-    "  --status S   only actions in state S: pending, completed, released, unknown, held\n"
-    "  --scope S    only actions of scope S\n"
-    "  --limit N    at most N actions, 1..100000 (default 100)\n"
-    "  --json       a JSON array of records instead of a table\n";
+/* The options below, as `once help ls` describes them: the states are
+ * libonce's (ls_state_names), wrapped under the option's text. */
+void cli_ls_print_help(void)
+{
+    char names[LS_STATE_NAMES_MAX];
+    static const char lead[] = "  --status S   only actions in state S:";
+    fputs("Options:\n", stdout);
+    fputs(lead, stdout);
+    size_t col = sizeof lead - 1;
+    char *save = NULL;
+    for (char *w = strtok_r(ls_state_names(names, sizeof names), " ", &save); w != NULL;
+         w = strtok_r(NULL, " ", &save)) {
+        if (col + 1 + strlen(w) > LS_HELP_WIDTH) {
+            fputs("\n              ", stdout);
+            col = 14;
+        }
+        printf(" %s", w);
+        col += 1 + strlen(w);
+    }
+    fputs("\n"
+          "  --scope S    only actions of scope S\n"
+          "  --limit N    at most N actions, 1..100000 (default 100)\n"
+          "  --json       a JSON array of records instead of a table\n",
+          stdout);
+}
 
 static const struct option ls_longopts[] = {
     {"status", required_argument, NULL, LS_OPT_STATUS},

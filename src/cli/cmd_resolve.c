@@ -21,11 +21,8 @@ static int resolve_apply(once_store *store, void *arg)
     const resolve_req *r = arg;
     const cli_action_ref *a = &r->a;
     int rc = once_resolve(store, a->scope, a->key, r->outcome, r->provider_id, r->note);
-    if (rc != ONCE_OK) {
-        char what[192];
-        snprintf(what, sizeof what, "cannot resolve action %s %s", a->qs, a->qk);
-        return cli_fail_once(rc, what);
-    }
+    if (rc != ONCE_OK)
+        return cli_fail_once_about(rc, "cannot resolve action", a->scope, a->key);
     printf("resolved %s %s: %s\n", a->qs, a->qk,
            r->outcome == ONCE_OUTCOME_COMPLETED ? "completed" : "released");
     return CLI_EXIT_OK;

@@ -23,9 +23,9 @@ static int serve_override(char **slot, const char *value)
     return 0;
 }
 
-/* The options of its own on the command line. */
+/* The options of its own on the command line (--config FILE, -c FILE is
+ * the global option, in ctx: `once --config FILE serve` reads it too). */
 typedef struct serve_flags {
-    const char *config; /* --config FILE */
     const char *listen; /* --listen ADDR */
 } serve_flags;
 
@@ -39,22 +39,21 @@ const char cli_serve_help[] =
 int cli_serve_run(cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
         {"listen", required_argument, NULL, 'l'},
         CLI_LONGOPTS_COMMON,
     };
     serve_flags f = {0};
-    /* --config and --listen (-c, -l): a later one replaces an earlier one. */
-    cli_text_option texts[] = {{'c', &f.config}, {'l', &f.listen}, {0, NULL}};
+    /* -c (--config) and --listen (-l): a later one replaces an earlier one. */
+    cli_text_option texts[] = {{'c', &ctx->config_path}, {'l', &f.listen}, {0, NULL}};
     if (cli_parse_options(ctx, argc, argv, CLI_SHORTOPTS "c:l:", opts, cli_take_text, texts) == CLI_GETOPT_DONE)
         return ctx->exit_code;
     if (optind < argc)
         return cli_fail_usage(ctx->cmd, "unexpected argument '%s'", argv[optind]);
-    if (!f.config)
+    if (!ctx->config_path)
         return cli_fail_usage(ctx->cmd, "--config FILE is required");
     once_config cfg;
     char err[512];
-    if (config_load(f.config, &cfg, err, sizeof err) < 0) {
+    if (config_load(ctx->config_path, &cfg, err, sizeof err) < 0) {
         cli_print_error("%s", err);
         return CLI_EXIT_USAGE;
     }

@@ -142,13 +142,7 @@ static int show_read(once_store *store, const char *scope, const char *key, void
     int rc = once_get(store, scope, key, rec);
     if (rc == ONCE_OK)
         return CLI_EXIT_OK;
-    char *qs = cli_escape_dup(scope, strlen(scope), 64);
-    char *qk = cli_escape_dup(key, strlen(key), 64);
-    char what[192];
-    snprintf(what, sizeof what, "action %s %s", qs != NULL ? qs : "?", qk != NULL ? qk : "?");
-    free(qs);
-    free(qk);
-    return cli_fail_once(rc, what);
+    return cli_fail_once_about(rc, "action", scope, key);
 }
 
 /* once_action_free for the record view. */

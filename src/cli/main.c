@@ -19,29 +19,31 @@ static int main_run_version(cli_ctx *ctx, int argc, char **argv);
  * them (cli_X_help, or cli_record_help for the one-record commands). */
 static const cli_command main_commands[] = {
     /* name, run, usage,
-     *   summary, help, no_store */
+     *   summary, help, no_store, print_help */
     {"serve", cli_serve_run, "once serve --config FILE [--listen ADDR] [--store URL]",
-     "Run the gateway: the idempotent proxy and the actions API.", cli_serve_help, 0},
+     "Run the gateway: the idempotent proxy and the actions API.", cli_serve_help, 0, NULL},
     {"check-config", cli_check_config_run, "once check-config FILE",
-     "Check a gateway configuration file and exit.", cli_check_config_help, 1},
+     "Check a gateway configuration file and exit.", cli_check_config_help, 1, NULL},
     {"ls", cli_ls_run, "once ls [--status S] [--scope S] [--limit N] [--json]",
-     "List actions, oldest first.", cli_ls_help, 0},
+     "List actions, oldest first.", NULL, 0, cli_ls_print_help},
     {"show", cli_show_run, "once show SCOPE KEY [--json]",
-     "Show one action, with its stored response.", cli_record_help, 0},
+     "Show one action, with its stored response.", cli_record_help, 0, NULL},
     {"resolve", cli_resolve_run, "once resolve SCOPE KEY (--completed [--provider-id ID] | --released) [--note TEXT]",
-     "Settle an unknown or held action by hand.", cli_resolve_help, 0},
+     "Settle an unknown or held action by hand.", cli_resolve_help, 0, NULL},
     {"approve", cli_decide_run, "once approve SCOPE KEY [--note TEXT]",
-     "Approve an action waiting for approval: a gateway sends it.", cli_decide_help, 0},
+     "Approve an action waiting for approval: a gateway sends it.", cli_decide_help, 0, NULL},
     {"deny", cli_decide_run, "once deny SCOPE KEY [--note TEXT]",
-     "Deny an action waiting for approval: it is never sent.", cli_decide_help, 0},
+     "Deny an action waiting for approval: it is never sent.", cli_decide_help, 0, NULL},
     {"gc", cli_gc_run, "once gc",
-     "Delete completed and released actions past their retention.", cli_gc_help, 0},
+     "Delete completed and released actions past their retention.", cli_gc_help, 0, NULL},
     {"hooks", cli_hooks_run, "once hooks ls|show|redeliver [ARGS] (see 'once help hooks')",
-     "List, show or redeliver inbound webhook events.", cli_hooks_help, 0},
+     "List, show or redeliver inbound webhook events.", cli_hooks_help, 0, NULL},
+    {"token", cli_token_run, "once token [--operator] NAME",
+     "Make a bearer token for the agent NAME, and its tokens_file line.", cli_token_help, 1, NULL},
     {"version", main_run_version, "once version",
-     "Print the version of once.", NULL, 1},
+     "Print the version of once.", NULL, 1, NULL},
     {"help", main_run_help, "once help [COMMAND]",
-     "Show the list of commands, or how to use one.", NULL, 1},
+     "Show the list of commands, or how to use one.", NULL, 1, NULL},
 };
 
 #define MAIN_NCOMMANDS (sizeof main_commands / sizeof main_commands[0])
@@ -55,7 +57,7 @@ static const cli_command *main_find_command(const char *name)
 /* `once help`, `once -h` and `once --help`: the list of commands. */
 static int main_show_help(void)
 {
-    fputs("usage: once [--store URL] <command> [options]\n"
+    fputs("usage: once [--store URL | --config FILE] <command> [options]\n"
           "\n"
           "once keeps the ledger of actions that must happen exactly once.\n"
           "\n"
@@ -65,10 +67,14 @@ static int main_show_help(void)
         printf("  %-9s %s\n", main_commands[i].name, main_commands[i].summary);
     fputs("\n"
           "Options:\n"
-          "  --store URL   the store, before or after the command: sqlite:PATH\n"
-          "                (default sqlite:once.db; $ONCE_STORE when set)\n"
-          "  -h, --help    show this help; 'once help COMMAND' for one command\n"
-          "  --version     print the version\n"
+          "  --store URL     the store, before or after the command: sqlite:PATH or\n"
+          "                  postgres://... (default sqlite:once.db; $ONCE_STORE when set)\n"
+          "  --config FILE   the gateway's config: the store is its store key, as\n"
+          "                  'once serve --config FILE' opens it ($ONCE_STORE over it;\n"
+          "                  a relative sqlite: path is from the working directory).\n"
+          "                  --store beats it\n"
+          "  -h, --help      show this help; 'once help COMMAND' for one command\n"
+          "  --version       print the version\n"
           "\n"
           "Exit status: 0 success; 1 bad usage, no such action or a refused transition;\n"
           "2 the store could not be opened or failed.\n",
@@ -112,26 +118,19 @@ int main(int argc, char **argv)
     ctx.store_url = env != NULL && env[0] != '\0' ? env : CLI_DEFAULT_STORE;
 
     /* Options before the command; the command parses its own (and --store
-     * again, so it may come after). Hand-parsed so that the first word that
-     * is not an option ends them, as in git. */
+     * and --config again, so they may come after). Hand-parsed so that the
+     * first word that is not an option ends them, as in git. */
     int i = 1;
     while (i < argc && argv[i][0] == '-') {
         const char *a = argv[i];
-        if (strcmp(a, "--") == 0) {
+        int taken = cli_take_global(&ctx, a, i + 1 < argc ? argv[i + 1] : NULL);
+        if (taken < 0)
+            return CLI_EXIT_USAGE;
+        if (taken > 0) {
+            i += taken;
+        } else if (strcmp(a, "--") == 0) {
             i++;
             break;
-        } else if (strcmp(a, "--store") == 0) {
-            if (i + 1 >= argc || argv[i + 1][0] == '\0')
-                return cli_fail_usage(NULL, "option '--store' needs a value");
-            ctx.store_url = argv[i + 1];
-            ctx.store_given = 1;
-            i += 2;
-        } else if (strncmp(a, "--store=", 8) == 0) {
-            if (a[8] == '\0')
-                return cli_fail_usage(NULL, "option '--store' needs a value");
-            ctx.store_url = a + 8;
-            ctx.store_given = 1;
-            i++;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             return main_show_help();
         } else if (strcmp(a, "--version") == 0) {

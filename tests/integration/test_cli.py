@@ -192,9 +192,42 @@ def test_ls_bad_status(cli, store, bad):
     assert_usage_error(cli("ls", "--store", store, "--status", bad), "status")
 
 
+def header_states():
+    """Every action state of libonce's enum (include/once/once.h), lower-cased, in order."""
+    text = (REPO_ROOT / "include" / "once" / "once.h").read_text()
+    body = re.search(r"typedef enum once_state \{(.*?)\} once_state;", text, re.S).group(1)
+    names = [m.lower() for m in re.findall(r"ONCE_STATE_([A-Z_]+)\s*=", body)]
+    assert {"awaiting_approval", "denied"} <= set(names), names
+    return names
+
+
 def test_ls_status_names_all_accepted(cli, store):
-    for name in ("pending", "completed", "released", "unknown", "held"):
+    for name in header_states():
         assert ls_json(cli, store, "--status", name) == []
+
+
+def test_ls_bad_status_lists_every_state(cli, store):
+    """The message names every state the ledger has, in the enum's order (issue 33: it
+    left out awaiting_approval and denied)."""
+    line = assert_usage_error(cli("ls", "--store", store, "--status", "done"), "unknown status 'done'")
+    listed = re.search(r"\(expected ([^)]*)\)", line).group(1)
+    assert re.split(r", | or ", listed) == header_states(), line
+
+
+def test_help_ls_lists_every_state(cli):
+    r = cli("help", "ls")
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("--status"))
+    # the option's text runs until the next option
+    text = lines[at]
+    for line in lines[at + 1:]:
+        if line.lstrip().startswith("--"):
+            break
+        text += " " + line.strip()
+    words = re.findall(r"[a-z_]+", text.split(":", 1)[1])
+    assert [w for w in words if w != "or"] == header_states(), text
+    assert all(len(line) <= 80 for line in lines), r.stdout
 
 
 def test_ls_bad_scope(cli, store):
