@@ -1723,6 +1723,24 @@ static void test_lookup_errors(void **state)
                     "unknown key 'key' in [source.s]");
 }
 
+/* Only ';' after a blank starts an inline comment: a ' #' in a header, a
+ * key template or a URL would silently become part of the credential, the
+ * ledger key or the address (issue 33), so it is refused at its line. */
+static void test_hash_after_a_value(void **state)
+{
+    (void)state;
+    once_config cfg;
+    tc_expect_error("[upstream.a]\nurl = http://127.0.0.1:9   # the provider\n", 2,
+                    "url: ' #' is not a comment here");
+    tc_expect_error("[upstream.a]\nurl = http://127.0.0.1:9\nheader = Authorization: Bearer s3cret  # never seen\n",
+                    3, "header: ' #' is not a comment here");
+    tc_expect_error("[upstream.a]\nurl = http://127.0.0.1:9\nkey = order:{json:/id}\t# one per order\n", 3,
+                    "key: ' #' is not a comment here");
+    /* A '#' that is part of a value, and a ';' comment, are fine. */
+    tc_expect_ok("[upstream.a]\nurl = http://127.0.0.1:9\nheader = X-Tag: a#b ; a comment\n", &cfg);
+    config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1731,6 +1749,7 @@ int main(void)
         cmocka_unit_test(test_listen),
         cmocka_unit_test_setup_teardown(test_example, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_defaults, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_hash_after_a_value, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_defaults_late_server, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_all_keys, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_booleans, tc_setup, tc_teardown),

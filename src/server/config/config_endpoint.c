@@ -97,7 +97,7 @@ static int config_header_file(config_ctx *c, const config_key *k, void *field, c
 
 /* After each section's own rows (config_keys.h's config_section). */
 static const config_key config_endpoint_keys[] = {
-    {.name = "header", .set = config_header, .field = UP(headers), .flags = CK_REPEAT | CK_SECRET},
+    {.name = "header", .set = config_header, .field = UP(headers), .flags = CK_REPEAT | CK_SECRET | CK_NO_HASH},
     {.name = "header_file", .set = config_header_file, .field = UP(headers), .flags = CK_PATH | CK_SECRET},
     {.name = "timeout", .set = config_duration, .field = UP(timeout_ms),
      .min = 1, .max = CONFIG_TIMEOUT_MAX_MS, .default_value = "60s"},

@@ -41,7 +41,9 @@ enum config_flag {
     CK_SECRET = 2, /* a secret: written inline, the config file holds one; a path, the file is one */
     CK_PATH = 4,   /* a file name: resolved against the config's directory before the setter */
     CK_BASE = 8,   /* a base URL: stored without trailing slashes */
-    CK_PREFIX = 16 /* the name is a prefix ("key."): "key.TOOL" matches, c->suffix is "TOOL" */
+    CK_PREFIX = 16, /* the name is a prefix ("key."): "key.TOOL" matches, c->suffix is "TOOL" */
+    CK_NO_HASH = 32 /* a credential, a key or a URL: " #" in it is refused, since it reads as a comment
+                       (only ';' starts one) and would silently become part of the value */
 };
 
 struct config_key {

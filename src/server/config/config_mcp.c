@@ -151,9 +151,9 @@ static int config_tools_list(config_ctx *c, const config_key *k, void *field, co
 
 /* [mcp.NAME]'s own rows (config_keys.h); config_endpoint_table's follow. */
 static const config_key config_mcp_keys[] = {
-    {.name = "url", .set = config_url, .field = UP(url)}, /* kept as written: the server's endpoint */
+    {.name = "url", .set = config_url, .field = UP(url), .flags = CK_NO_HASH}, /* kept as written: the server's endpoint */
     {.name = "command", .set = config_command, .field = UP(command)},
-    {.name = "key.", .set = config_tool_key, .field = UP(tool_keys), .flags = CK_PREFIX | CK_REPEAT},
+    {.name = "key.", .set = config_tool_key, .field = UP(tool_keys), .flags = CK_PREFIX | CK_REPEAT | CK_NO_HASH},
     {.name = "readonly", .set = config_tools_list, .field = UP(readonly)},
     {.name = "approve", .set = config_tools_list, .field = UP(approve)},
     {.name = "wait", .set = config_duration, .field = UP(wait_ms), .max = MCP_WAIT_MAX_MS, .default_value = "30s"},

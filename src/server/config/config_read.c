@@ -341,6 +341,17 @@ int config_line(const config_ctx *c, enum config_kind kind, size_t i, const char
     return 0;
 }
 
+/* Whether a value holds a blank followed by '#': what a newcomer writes as
+ * an end-of-line comment. */
+static int config_hash_comment(const char *v)
+{
+    for (const char *h = strchr(v, '#'); h != NULL; h = strchr(h + 1, '#')) {
+        if (h > v && (h[-1] == ' ' || h[-1] == '\t'))
+            return 1;
+    }
+    return 0;
+}
+
 /* Sets key k of the current section from its value as written (raw): the
  * ${} expansion, the path resolution and the secret bookkeeping the row's
  * flags ask for, around its setter. 0 or -1. */
@@ -348,6 +359,14 @@ static int config_set_key(config_ctx *c, const config_key *k, const char *raw)
 {
     c->key = k->name;
     c->raw = raw;
+    if ((k->flags & CK_NO_HASH) && config_hash_comment(raw)) {
+        config_fail(c, "%s: ' #' is not a comment here (only ';' after a blank starts one) and would become part "
+                       "of the value; put the comment on a line of its own",
+                    k->name);
+        c->key = NULL;
+        c->raw = NULL;
+        return -1;
+    }
     char *v = config_expand(c, raw);
     char *path = v != NULL && (k->flags & CK_PATH) ? config_resolve_path(c, v) : NULL;
     if (!c->failed) {

@@ -129,7 +129,7 @@ static const config_key config_source_keys[] = {
     {.name = "signature_encoding", .set = config_word, .field = SRC(signature_base64),
      .default_value = "hex", .words = "hex|base64"},
     {.name = "signature_prefix", .set = config_signature_prefix, .field = SRC(signature_prefix)},
-    {.name = "deliver_to", .set = config_url, .field = SRC(deliver_to)},
+    {.name = "deliver_to", .set = config_url, .field = SRC(deliver_to), .flags = CK_NO_HASH},
     {.name = "deliver_secret", .set = config_deliver_secret, .field = SRC(deliver_secret), .flags = CK_SECRET},
     {.name = "max_attempts", .set = config_uint, .field = SRC(max_attempts),
      .min = 1, .max = CONFIG_SRC_LIMIT, .default_value = "12"},

@@ -273,7 +273,7 @@ static int config_approve(config_ctx *c, const config_key *k, void *field, const
 
 /* [upstream.NAME]'s own rows (config_keys.h); config_endpoint_table's follow. */
 static const config_key config_upstream_keys[] = {
-    {.name = "url", .set = config_url, .field = UP(url), .flags = CK_BASE},
+    {.name = "url", .set = config_url, .field = UP(url), .flags = CK_BASE | CK_NO_HASH},
     {.name = "key_required", .set = config_bool, .field = UP(key_required), .default_value = "yes"},
     {.name = "key_safe_methods", .set = config_bool, .field = UP(key_safe_methods), .default_value = "no"},
     {.name = "on_mismatch", .set = config_word, .field = UP(on_mismatch),
@@ -282,8 +282,8 @@ static const config_key config_upstream_keys[] = {
     {.name = "unknown_on", .set = config_statuses, .field = UP(unknown_on), .default_value = "500, 502, 504"},
     {.name = "forward_key_as", .set = config_header_name, .field = UP(forward_key_as)},
     {.name = "listen", .set = config_listen, .field = UP(listen)},
-    {.name = "key", .set = config_key_template, .field = UP(key)},
-    {.name = "lookup", .set = config_lookup, .field = UP(lookup_method)},
+    {.name = "key", .set = config_key_template, .field = UP(key), .flags = CK_NO_HASH},
+    {.name = "lookup", .set = config_lookup, .field = UP(lookup_method), .flags = CK_NO_HASH},
     {.name = "lookup_found", .set = config_lookup_found, .field = UP(lookup_found)},
     /* Only with a lookup: cleared without one (config_upstream_intent). */
     {.name = "lookup_absent", .set = config_lookup_absent, .field = UP(lookup_absent_status), .default_value = "404"},
