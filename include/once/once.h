@@ -166,6 +166,10 @@ typedef struct once_action {
                                  (reserve again) forgets it */
     char *decision_note;      /* the note of that decision, as given (NULL: none); a denial's is
                                  also its note above. Forgotten with decided_by */
+    char *agent;              /* who asked for the current attempt (once_reserve_req.agent); NULL:
+                                 nobody named. A new attempt replaces it */
+    int waits_for_limit;      /* the attempt awaited (or awaits) approval because it was past a
+                                 limit (once_reserve_req.over_limit_approve); nothing was drawn */
 } once_action;
 
 /* Frees the members of *a (not a itself) and zeroes it. NULL is fine. */
@@ -229,6 +233,29 @@ ONCE_API int once_store_lock(once_store *store);
 typedef void (*once_commit_hook)(void *ctx, size_t batch, double seconds);
 ONCE_API void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx);
 
+/* ---- limits: budgets of new attempts ------------------------------------ */
+
+/* One budget a new attempt draws from (docs/agents.md): never more than max
+ * in any window of window_ms, across every node of one store. Counted in
+ * buckets of width max(1, window_ms / 60) ms; the count covers the buckets
+ * of the last ceil(window_ms / width) + 1 (61 when window_ms is a multiple
+ * of 60), so a limit may refuse early by at most about a bucket or two,
+ * never late. A limit's identity names one window: the same limit with two
+ * windows would share its buckets. */
+typedef struct once_limit_charge {
+    const char *limit;  /* the budget's identity, 1..ONCE_LIMIT_NAME_MAX bytes of UTF-8 (the server uses
+                           "AGENT\nLIMIT TEXT") */
+    int64_t window_ms;  /* ONCE_LIMIT_WINDOW_MIN_MS .. ONCE_LIMIT_WINDOW_MAX_MS */
+    double max;         /* > 0, finite */
+    double amount;      /* > 0, finite: 1 for a count, the summed member's value for sum() */
+} once_limit_charge;
+
+#define ONCE_LIMIT_CHARGES_MAX 16
+#define ONCE_LIMIT_NAME_MAX 512                        /* bytes of a limit's identity */
+#define ONCE_LIMIT_WINDOW_MIN_MS 1000LL                /* 1 s */
+#define ONCE_LIMIT_WINDOW_MAX_MS (30LL * 24 * 3600 * 1000) /* 30 d */
+#define ONCE_AGENT_MAX 64                              /* bytes of [A-Za-z0-9._-] */
+
 /* ---- reserve ----------------------------------------------------------- */
 
 typedef struct once_reserve_req {
@@ -260,6 +287,23 @@ typedef struct once_reserve_req {
      * approval_ttl_ms (at most ONCE_APPROVAL_TTL_MAX_MS) it is denied
      * (once_expire_approvals). Rows in other states answer as always. */
     int64_t approval_ttl_ms;
+    /* Who asks (NULL: nobody named): stored with a new attempt (the
+     * action's agent), 1..ONCE_AGENT_MAX bytes of [A-Za-z0-9._-]. */
+    const char *agent;
+    /* The budgets a new attempt draws from (see once_limit_charge), at most
+     * ONCE_LIMIT_CHARGES_MAX. Drawn only where a new attempt is written
+     * (RESERVED, or AWAITING_APPROVAL by approval_ttl_ms), in the same
+     * transaction; replays and conflicts never draw. Given back when the
+     * attempt is RELEASED or DENIED; UNKNOWN, HELD and COMPLETED keep them.
+     * What they point to must stay valid as req does. */
+    const once_limit_charge *charges;
+    size_t ncharges;
+    /* Past a limit: instead of ONCE_OVER_LIMIT, the new attempt waits for a
+     * person (AWAITING_APPROVAL with waits_for_limit = 1 and a decision
+     * deadline of over_limit_ttl_ms, 1 ms..ONCE_APPROVAL_TTL_MAX_MS), and
+     * nothing is drawn. */
+    int over_limit_approve;
+    int64_t over_limit_ttl_ms;
 } once_reserve_req;
 
 #define ONCE_APPROVAL_TTL_MAX_MS (30LL * 24 * 3600 * 1000)
@@ -272,7 +316,9 @@ typedef enum once_reserve_status {
     ONCE_HELD = 5,       /* waiting for a human (see action.error) */
     ONCE_AWAITING_APPROVAL = 6, /* stored (now, or before) and waiting for a human's approval;
                                    action is the row; nothing may be sent */
-    ONCE_DENIED = 7      /* a human denied it or nobody decided in time (action.note says which) */
+    ONCE_DENIED = 7,     /* a human denied it or nobody decided in time (action.note says which) */
+    ONCE_OVER_LIMIT = 8  /* a charge would pass its limit: nothing was written or drawn (action is
+                            empty); over_limit and retry_after_ms say which and when */
 } once_reserve_status;
 
 /* "reserved", "completed", ...; NULL outside the enum. */
@@ -284,7 +330,12 @@ typedef struct once_reservation {
     int64_t attempt;                /* of the row's current attempt */
     int64_t lease_expires_at;       /* RESERVED / IN_FLIGHT: the lease deadline */
     int fingerprint_mismatch;       /* COMPLETED: the request differs from the first */
-    once_action action;             /* every status but RESERVED: the row */
+    once_action action;             /* every status but RESERVED and OVER_LIMIT: the row */
+    size_t over_limit;              /* OVER_LIMIT (and AWAITING_APPROVAL because of a limit): index of
+                                       the first charge that did not fit */
+    int64_t retry_after_ms;         /* OVER_LIMIT (and AWAITING_APPROVAL because of a limit): in how
+                                       many ms enough room comes back for that charge (> 0), or -1:
+                                       never (its amount is more than its max) */
 } once_reservation;
 
 /* Frees what *r owns (its action) and zeroes it. */
@@ -298,7 +349,11 @@ ONCE_API void once_reservation_free(once_reservation *r);
  * approval_ttl_ms; its approval is forgotten). A row AWAITING_APPROVAL
  * answers AWAITING_APPROVAL, a DENIED one within its retention DENIED,
  * whatever the request asks. A PENDING row whose lease has passed becomes UNKNOWN.
- * The unique constraint decides races between threads and processes. */
+ * Where a new attempt would be written, req->charges are drawn in the same
+ * transaction; the first that would pass its limit answers OVER_LIMIT
+ * (nothing written), or with over_limit_approve the attempt waits for a
+ * person undrawn. The unique constraint decides races between threads and
+ * processes; the limits are serialized across them too. */
 ONCE_API int once_reserve(once_store *store, const once_reserve_req *req, once_reservation *out);
 
 /* ---- outcomes (fenced by the token) ------------------------------------ */
@@ -352,6 +407,7 @@ typedef struct once_list_req {
     const char *scope;     /* NULL = any scope */
     size_t limit;          /* 1..1000; 0 = 100 */
     const char *cursor;    /* NULL or "" = from the start; else a previous next */
+    const char *agent;     /* NULL = any agent; else the actions whose current attempt it asked for */
 } once_list_req;
 
 typedef struct once_action_list {
@@ -367,6 +423,13 @@ ONCE_API void once_action_list_free(once_action_list *l);
  * concurrent inserts: rows are never skipped or repeated (new rows appear on
  * later pages). ONCE_EINVAL for a bad cursor, limit or scope. */
 ONCE_API int once_list(once_store *store, const once_list_req *req, once_action_list *out);
+
+/* The use of one budget now (for GET /v1/agents): *used, what the counted
+ * buckets hold (see once_limit_charge), and *retry_after_ms, in how many ms
+ * the oldest counted bucket that holds anything leaves the window (0 when
+ * nothing is counted). limit and window_ms as in once_limit_charge. A read. */
+ONCE_API int once_limit_use(once_store *store, const char *limit, int64_t window_ms, double *used,
+                            int64_t *retry_after_ms);
 
 /* ---- operator and background transitions ------------------------------- */
 
@@ -510,6 +573,8 @@ typedef struct once_event {
     uint8_t *body;            /* NUL-terminated for convenience; may be NULL */
     size_t body_len;
     char *error;              /* last delivery error; may be NULL */
+    char *claimed_by;         /* the agent of the current or last claim (once_event_claim_as);
+                                 NULL: none named */
 } once_event;
 
 ONCE_API void once_event_free(once_event *e);
@@ -550,6 +615,11 @@ ONCE_API int once_event_insert_async(once_store *store, const once_event_in *ev,
  * receipt and claim_until = now + lease_ms. Two claimers never get the same
  * event while its claim lives. */
 ONCE_API int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out);
+/* As once_event_claim, naming the claimer: agent (NULL: none; else
+ * 1..ONCE_AGENT_MAX bytes of [A-Za-z0-9._-]) is kept on each claimed
+ * event as its claimed_by. once_event_claim is this with agent NULL. */
+ONCE_API int once_event_claim_as(once_store *store, const char *source, const char *agent, size_t max,
+                                 int64_t lease_ms, once_event_list *out);
 
 /* Settles the claim with receipt: delivered. ONCE_ESTALE when the receipt is
  * not the event's current one (it was claimed again); ONCE_ENOTFOUND when

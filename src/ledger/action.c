@@ -23,6 +23,7 @@ void once_action_free(once_action *a)
     free(a->trail);
     free(a->decided_by);
     free(a->decision_note);
+    free(a->agent);
     memset(a, 0, sizeof *a);
 }
 

@@ -21,6 +21,7 @@ void once_event_free(once_event *e)
     free(e->headers);
     free(e->body);
     free(e->error);
+    free(e->claimed_by);
     memset(e, 0, sizeof *e);
 }
 
@@ -76,14 +77,20 @@ int once_event_insert_async(once_store *store, const once_event_in *ev, int *ins
 
 int once_event_claim(once_store *store, const char *source, size_t max, int64_t lease_ms, once_event_list *out)
 {
+    return once_event_claim_as(store, source, NULL, max, lease_ms, out);
+}
+
+int once_event_claim_as(once_store *store, const char *source, const char *agent, size_t max, int64_t lease_ms,
+                        once_event_list *out)
+{
     int rc = ledger_begin_out(store && out, out, sizeof *out, "event_claim: store and out are required");
-    if (rc < 0 || (rc = once_scope_validate(source)) < 0)
+    if (rc < 0 || (rc = once_scope_validate(source)) < 0 || (rc = validate_agent(agent)) < 0)
         return rc;
     if (max < 1 || max > LEDGER_LIST_MAX)
         return once_fail(ONCE_EINVAL, "claim: max must be between 1 and %d", LEDGER_LIST_MAX);
     if (lease_ms <= 0 || lease_ms > ONCE_LEASE_MAX_MS)
         return once_fail(ONCE_EINVAL, "claim: lease must be between 1 ms and 7 days");
-    rc = store->vt->event_claim(store, source, max, lease_ms, once_now_ms(), out);
+    rc = store->vt->event_claim(store, source, agent, max, lease_ms, once_now_ms(), out);
     if (rc < 0)
         once_event_list_free(out);
     return rc;

@@ -145,6 +145,11 @@ static int reserve(once_store *store, const once_reserve_req *req, once_reservat
         return once_fail(ONCE_EINVAL, "request: larger than %u bytes or NULL with a length", ONCE_REQUEST_MAX);
     if (req->approval_ttl_ms < 0 || req->approval_ttl_ms > ONCE_APPROVAL_TTL_MAX_MS)
         return once_fail(ONCE_EINVAL, "approval_ttl: must be between 0 (no approval) and 30 days");
+    if ((rc = validate_agent(req->agent)) < 0 || (rc = validate_charges(req->charges, req->ncharges)) < 0)
+        return rc;
+    if (req->over_limit_approve &&
+        (req->over_limit_ttl_ms <= 0 || req->over_limit_ttl_ms > ONCE_APPROVAL_TTL_MAX_MS))
+        return once_fail(ONCE_EINVAL, "over_limit_ttl: must be between 1 ms and 30 days with over_limit_approve");
     once_reserve_req r = *req;
     if (r.retention_ms == 0)
         r.retention_ms = DEFAULT_RETENTION_MS;
@@ -305,7 +310,7 @@ int once_list(once_store *store, const once_list_req *req, once_action_list *out
         return rc;
     if (req->state && !once_state_name(req->state))
         return once_fail(ONCE_EINVAL, "list: unknown state %d", (int)req->state);
-    if (req->scope && (rc = once_scope_validate(req->scope)) < 0)
+    if ((req->scope && (rc = once_scope_validate(req->scope)) < 0) || (rc = validate_agent(req->agent)) < 0)
         return rc;
     once_list_req r = *req;
     int64_t after;
@@ -314,6 +319,26 @@ int once_list(once_store *store, const once_list_req *req, once_action_list *out
     rc = store->vt->list(store, &r, after, out);
     if (rc < 0)
         once_action_list_free(out);
+    return rc;
+}
+
+int once_limit_use(once_store *store, const char *limit, int64_t window_ms, double *used, int64_t *retry_after_ms)
+{
+    once_detail_clear();
+    if (!store || !used || !retry_after_ms)
+        return once_fail(ONCE_EINVAL, "limit_use: store, used and retry_after_ms are required");
+    *used = 0;
+    *retry_after_ms = 0;
+    int rc = validate_limit(limit, window_ms);
+    if (rc < 0)
+        return rc;
+    double u = 0;
+    int64_t retry = 0;
+    rc = store->vt->limit_use(store, limit, window_ms, once_now_ms(), &u, &retry);
+    if (rc == ONCE_OK) {
+        *used = u;
+        *retry_after_ms = retry;
+    }
     return rc;
 }
 

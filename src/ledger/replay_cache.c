@@ -92,7 +92,7 @@ static int action_copy(const once_action *src, once_action *dst)
 {
     *dst = *src;
     dst->scope = dst->key = dst->fingerprint = dst->provider_id = dst->error = dst->note = dst->trail = NULL;
-    dst->decided_by = dst->decision_note = NULL;
+    dst->decided_by = dst->decision_note = dst->agent = NULL;
     dst->request = NULL;
     dst->response.headers = NULL;
     dst->response.body = NULL;
@@ -106,6 +106,7 @@ static int action_copy(const once_action *src, once_action *dst)
     rc |= dup_str(src->trail, &dst->trail);
     rc |= dup_str(src->decided_by, &dst->decided_by);
     rc |= dup_str(src->decision_note, &dst->decision_note);
+    rc |= dup_str(src->agent, &dst->agent);
     rc |= dup_bytes(src->request, src->request_len, (void **)&dst->request);
     rc |= dup_bytes(src->response.headers, src->response.headers_len, (void **)&dst->response.headers);
     rc |= dup_bytes(src->response.body, src->response.body_len, (void **)&dst->response.body);
@@ -120,7 +121,7 @@ static size_t action_size(const once_action *a)
 {
     size_t n = a->request_len + a->response.headers_len + a->response.body_len;
     const char *s[] = {a->scope, a->key, a->fingerprint, a->provider_id, a->error,
-                       a->note, a->trail, a->decided_by, a->decision_note};
+                       a->note, a->trail, a->decided_by, a->decision_note, a->agent};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         n += s[i] ? strlen(s[i]) : 0;
     return n;

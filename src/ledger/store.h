@@ -85,6 +85,9 @@ typedef struct store_vtable {
     int (*expire_approvals)(once_store *s, const char *scope, int64_t now, const char *step, size_t *count);
     int (*approval_claim)(once_store *s, const char *scope, int64_t lease_ms, int64_t now, once_reservation *out);
     int (*approval_oldest)(once_store *s, int64_t *created_at);
+    /* limits: the use of one budget at now (a read; once_limit_use) */
+    int (*limit_use)(once_store *s, const char *limit, int64_t window_ms, int64_t now, double *used,
+                     int64_t *retry_after_ms);
     int (*ping)(once_store *s);
     /* Optional (NULL: ONCE_ENOTSUP): the WAL's bound and size (SQLite),
      * and the one-gateway lock. */
@@ -93,8 +96,9 @@ typedef struct store_vtable {
     int (*lock)(once_store *s);
     /* webhook events */
     int (*event_insert)(once_store *s, const once_event_in *ev, int64_t now, int *inserted, once_cb cb, void *ctx);
-    int (*event_claim)(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
-                       once_event_list *out);
+    /* agent: the claimer kept as each event's claimed_by (NULL: none) */
+    int (*event_claim)(once_store *s, const char *source, const char *agent, size_t max, int64_t lease_ms,
+                       int64_t now, once_event_list *out);
     /* ack, or retry (pending after delay_ms, or dead) */
     int (*event_settle)(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms, int dead,
                         const char *error, int64_t now);

@@ -4,8 +4,10 @@
  * Keys and scopes come straight from agents over HTTP; every rule here is
  * checked before anything touches a store, so stores never see bad input.
  */
+#include <math.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "ledger/store.h"
 #include "ledger/validate.h"
 
@@ -54,6 +56,45 @@ int once_key_validate(const char *key)
 int once_scope_validate(const char *scope)
 {
     return validate_name("scope", scope, ONCE_SCOPE_MAX, byte_scope, "one of [A-Za-z0-9._-]");
+}
+
+/* Agents name who asks in records, listings and metrics: the scopes' set. */
+int validate_agent(const char *agent)
+{
+    return agent ? validate_name("agent", agent, ONCE_AGENT_MAX, byte_scope, "one of [A-Za-z0-9._-]") : ONCE_OK;
+}
+
+/* A limit is stored as text in both stores (PostgreSQL's text holds
+ * UTF-8 only), so its identity must be UTF-8 to round-trip. */
+int validate_limit(const char *limit, int64_t window_ms)
+{
+    if (!limit || !limit[0])
+        return once_fail(ONCE_EINVAL, "limit: missing or empty");
+    size_t n = strnlen(limit, ONCE_LIMIT_NAME_MAX + 1);
+    if (n > ONCE_LIMIT_NAME_MAX)
+        return once_fail(ONCE_EINVAL, "limit: longer than %d bytes", ONCE_LIMIT_NAME_MAX);
+    if (!utf8_valid((const uint8_t *)limit, n))
+        return once_fail(ONCE_EINVAL, "limit: not UTF-8");
+    if (window_ms < ONCE_LIMIT_WINDOW_MIN_MS || window_ms > ONCE_LIMIT_WINDOW_MAX_MS)
+        return once_fail(ONCE_EINVAL, "limit: the window must be between 1 s and 30 days");
+    return ONCE_OK;
+}
+
+/* Every charge is checked before a store sees it: the stores' arithmetic
+ * (buckets, sums, the JSON they keep) assumes finite positive numbers. */
+int validate_charges(const once_limit_charge *charges, size_t n)
+{
+    if (n > ONCE_LIMIT_CHARGES_MAX || (n && !charges))
+        return once_fail(ONCE_EINVAL, "charges: at most %d, and NULL only with none", ONCE_LIMIT_CHARGES_MAX);
+    for (size_t i = 0; i < n; i++) {
+        const once_limit_charge *c = &charges[i];
+        int rc = validate_limit(c->limit, c->window_ms);
+        if (rc < 0)
+            return once_fail(rc, "charge %zu: %s", i, once_errdetail());
+        if (!isfinite(c->max) || !(c->max > 0) || !isfinite(c->amount) || !(c->amount > 0))
+            return once_fail(ONCE_EINVAL, "charge %zu: max and amount must be finite and > 0", i);
+    }
+    return ONCE_OK;
 }
 
 int validate_hex(const char *what, const char *s, size_t len)
@@ -121,6 +162,7 @@ const char *once_reserve_status_name(once_reserve_status s)
     case ONCE_HELD: return "held";
     case ONCE_AWAITING_APPROVAL: return "awaiting_approval";
     case ONCE_DENIED: return "denied";
+    case ONCE_OVER_LIMIT: return "over_limit";
     }
     return NULL;
 }

@@ -126,6 +126,7 @@ static void store_op_check(const store_op *op)
     case OP_EXPIRE_APPROVALS: ONCE_ASSERT(op->step); break;
     case OP_APPROVAL_CLAIM: ONCE_ASSERT(op->scope && op->res && op->token && op->lease_ms > 0); break;
     case OP_APPROVAL_OLDEST: ONCE_ASSERT(op->oldest); break;
+    case OP_LIMIT_USE: ONCE_ASSERT(op->text && op->used && op->retry_out && op->window_ms > 0); break;
     case OP_RESOLVE:
     case OP_HOLD:
     case OP_RC_SETTLE:
@@ -352,11 +353,11 @@ int store_queue_ping(once_store *s)
 }
 
 /* A consumer claims due webhook events, each with a receipt. */
-int store_queue_event_claim(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
-                            once_event_list *out)
+int store_queue_event_claim(once_store *s, const char *source, const char *agent, size_t max, int64_t lease_ms,
+                            int64_t now, once_event_list *out)
 {
-    store_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .max = max, .lease_ms = lease_ms,
-                   .ev_list = out};
+    store_op op = {.kind = OP_EV_CLAIM, .now = now, .scope = source, .who = agent, .max = max,
+                   .lease_ms = lease_ms, .ev_list = out};
     return store_queue_op(s, &op, NULL, NULL);
 }
 

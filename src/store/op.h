@@ -35,7 +35,8 @@ typedef enum store_op_kind {
     OP_DECIDE,           /* approve or deny (op->approve) */
     OP_EXPIRE_APPROVALS, /* deny the undecided past their deadline */
     OP_APPROVAL_CLAIM,   /* take one approved action to send */
-    OP_APPROVAL_OLDEST   /* a read: the oldest undecided action's created_at */
+    OP_APPROVAL_OLDEST,  /* a read: the oldest undecided action's created_at */
+    OP_LIMIT_USE         /* a read: the use of one budget (once_limit_use) */
 } store_op_kind;
 
 /* One queued operation: its inputs, where its outputs go, and its result.
@@ -74,9 +75,15 @@ typedef struct store_op {
     /* approvals */
     const char *step;   /* OP_DECIDE, OP_EXPIRE_APPROVALS: the trail line, stamped */
     int approve;        /* OP_DECIDE: 1 approve, 0 deny (op->text: the denial's note) */
-    const char *who;    /* OP_DECIDE: the decider, stored as decided_by */
+    const char *who;    /* OP_DECIDE: the decider, stored as decided_by; OP_EV_CLAIM: the claimer,
+                           stored as claimed_by (may be NULL) */
     const char *decision_note; /* OP_DECIDE: the decider's note as given (may be NULL) */
     int64_t *oldest;    /* OP_APPROVAL_OLDEST: created_at, 0 when none waits */
+    /* OP_LIMIT_USE: the budget (op->text), its window, and where its use and
+     * the time until its oldest counted bucket leaves go */
+    int64_t window_ms;
+    double *used;
+    int64_t *retry_out;
     int ack;  /* OP_EV_SETTLE: 1 ack, 0 retry */
     int dead; /* OP_EV_SETTLE retry: give up */
     int rc;
@@ -190,8 +197,8 @@ int store_queue_expire_approvals(once_store *s, const char *scope, int64_t now, 
 /* Makes the claim's fresh token (as store_queue_reserve does) and queues it. */
 int store_queue_approval_claim(once_store *s, const char *scope, int64_t lease_ms, int64_t now,
                                once_reservation *out);
-int store_queue_event_claim(once_store *s, const char *source, size_t max, int64_t lease_ms, int64_t now,
-                            once_event_list *out);
+int store_queue_event_claim(once_store *s, const char *source, const char *agent, size_t max, int64_t lease_ms,
+                            int64_t now, once_event_list *out);
 int store_queue_event_settle(once_store *s, const char *source, const char *receipt, int ack, int64_t delay_ms,
                              int dead, const char *error, int64_t now);
 int store_queue_event_redeliver(once_store *s, const char *source, const char *event_id, int64_t now);

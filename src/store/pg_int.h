@@ -26,13 +26,14 @@
 #define A_COLS                                                                                          \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, "    \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, provider_id, " \
-    "error, note, lookups, lookup_next_at, trail, resp_not_stored, approved_at, decided_by, decision_note"
+    "error, note, lookups, lookup_next_at, trail, resp_not_stored, approved_at, decided_by, decision_note, " \
+    "agent, charges, waits_for_limit"
 #define E_COLS                                                                                          \
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "   \
-    "delivered_at, expires_at, retention_ms, content_type, headers, body, error"
+    "delivered_at, expires_at, retention_ms, content_type, headers, body, error, claimed_by"
 
-#define A_NCOLS 27 /* columns in A_COLS */
-#define E_NCOLS 17 /* columns in E_COLS */
+#define A_NCOLS 30 /* columns in A_COLS */
+#define E_NCOLS 18 /* columns in E_COLS */
 
 typedef struct stmt_def {
     const char *name;
@@ -80,15 +81,18 @@ int pg_open_conn(pg_store *s, PGconn **out, int mode);
 /* Whether an idle connection may still be used (see pg_conn.c). */
 int pg_alive(PGconn *c);
 
-#define PARAMS_MAX 10 /* parameters of a statement, at the most */
+#define PARAMS_MAX 14 /* parameters of a statement, at the most */
 
-/* Parameters of one statement: text values, and bytea in binary. */
+/* Parameters of one statement: text values, and bytea in binary. own is a
+ * value made for the statement (a reservation's charges as JSON), freed by
+ * whoever sends it once sent (libpq copies what it sends). */
 typedef struct params {
     const char *v[PARAMS_MAX];
     int len[PARAMS_MAX];
     int fmt[PARAMS_MAX];
     char num[PARAMS_MAX][24];
     int n;
+    char *own;
 } params;
 
 /* ---- parameters and rows (pg_rows.c) ---- */

@@ -138,6 +138,8 @@ int action_decode(const PGresult *res, int row, int c0, once_action *a)
     a->approved_at = col_int(res, row, c0 + 24);
     a->decided_by = col_text(res, row, c0 + 25, &ok);
     a->decision_note = col_text(res, row, c0 + 26, &ok);
+    a->agent = col_text(res, row, c0 + 27, &ok);
+    a->waits_for_limit = PQgetvalue(res, row, c0 + 29)[0] == 't';
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -165,6 +167,7 @@ int event_decode(const PGresult *res, int row, once_event *e)
     e->headers_len = e->headers ? strlen(e->headers) : 0;
     e->body = col_bytea(res, row, 15, &e->body_len, &ok);
     e->error = col_text(res, row, 16, &ok);
+    e->claimed_by = col_text(res, row, 17, &ok);
     if (!ok || !e->source || !e->event_id) {
         once_event_free(e);
         return ONCE_ENOMEM;

@@ -397,6 +397,170 @@ static const char *const migrations[] = {
      "    trail = CASE WHEN trail IS NULL THEN p_step ELSE trail || E'\\n' || p_step END WHERE id = r.id;"
      "  END IF;"
      PG_ANSWER_OK),
+
+    /* 8: agents and limits (issue 28). Who asked for an action's current
+     * attempt, the charges it drew (JSON [[limit, bucket, amount], ...],
+     * NULL when none), whether it waits for a person because it was past a
+     * limit; the buckets of every limit (limit_use); who claimed an event
+     * last. */
+    ("ALTER TABLE actions ADD COLUMN agent TEXT, ADD COLUMN charges TEXT,"
+     "  ADD COLUMN waits_for_limit BOOLEAN NOT NULL DEFAULT false;"
+     "ALTER TYPE once_reserved ADD ATTRIBUTE agent text, ADD ATTRIBUTE charges text,"
+     "  ADD ATTRIBUTE waits_for_limit boolean;"
+     "ALTER TABLE events ADD COLUMN claimed_by TEXT;"
+     "CREATE TABLE limit_use (lim TEXT NOT NULL, bucket BIGINT NOT NULL, used FLOAT8 NOT NULL,"
+     "  PRIMARY KEY (lim, bucket));"
+     /* An attempt that becomes released or denied gives its charges back,
+      * whichever statement moved it (release, resolve, reconcile, deny,
+      * the expiry of approvals, a gateway not yet upgraded): one trigger.
+      * The buckets' rows are locked in one order (lim, bucket). */
+     "CREATE FUNCTION once_give_back() RETURNS trigger LANGUAGE plpgsql AS $$"
+     " DECLARE g record;"
+     " BEGIN"
+     "  IF NEW.state IN ('released', 'denied') AND NEW.state IS DISTINCT FROM OLD.state"
+     "   AND NEW.charges IS NOT NULL THEN"
+     "   FOR g IN SELECT c->>0 AS lim, (c->>1)::bigint AS bucket, sum((c->>2)::float8) AS amount"
+     "    FROM json_array_elements(NEW.charges::json) c GROUP BY 1, 2 ORDER BY 1, 2 LOOP"
+     "    UPDATE limit_use SET used = used - g.amount WHERE lim = g.lim AND bucket = g.bucket;"
+     "   END LOOP;"
+     "   NEW.charges := NULL;"
+     "  END IF;"
+     "  RETURN NEW;"
+     " END $$;"
+     "CREATE TRIGGER actions_give_back BEFORE UPDATE OF state ON actions"
+     "  FOR EACH ROW EXECUTE FUNCTION once_give_back();"
+     /* The limits of a new attempt (p_charges: [[limit, window_ms, max,
+      * amount], ...]): each limit's advisory lock (once_limits_lock, in
+      * the order of the locks' keys, so that no two transactions wait on
+      * each other's; a batch takes those of all its reservations first),
+      * so that two transactions on any nodes never both fit under one;
+      * then each charge in order, as src/store/limits.c counts (buckets of
+      * max(1, window / 60) ms, back = ceil(window / width) of them before
+      * now's). NULL when all fit, else 'INDEX:RETRY_AFTER_MS' of the first
+      * that does not (-1: larger than its limit). */
+     "CREATE FUNCTION once_limits_lock(p_charges json) RETURNS void LANGUAGE plpgsql AS $$"
+     " DECLARE h bigint;"
+     " BEGIN"
+     "  FOR h IN SELECT DISTINCT hashtextextended(x->>0, 0) FROM json_array_elements(p_charges) x ORDER BY 1 LOOP"
+     "   PERFORM pg_advisory_xact_lock(h);"
+     "  END LOOP;"
+     " END $$;"
+     "CREATE FUNCTION once_limits_check(p_charges json, p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
+     " DECLARE c record; b record; width bigint; back bigint; now_b bigint; used float8;"
+     " BEGIN"
+     "  IF p_charges IS NULL THEN RETURN NULL; END IF;"
+     "  PERFORM once_limits_lock(p_charges);"
+     "  FOR c IN SELECT x->>0 AS lim, (x->>1)::bigint AS w, (x->>2)::float8 AS mx, (x->>3)::float8 AS amt,"
+     "    o - 1 AS i FROM json_array_elements(p_charges) WITH ORDINALITY AS t(x, o) ORDER BY o LOOP"
+     "   width := greatest(1, c.w / 60); back := (c.w + width - 1) / width; now_b := p_now / width;"
+     "   SELECT coalesce(sum(u.used), 0) INTO used FROM limit_use u WHERE u.lim = c.lim"
+     "    AND u.bucket >= now_b - back;"
+     "   CONTINUE WHEN used + c.amt <= c.mx + c.mx * 1e-9;"
+     "   IF c.amt > c.mx + c.mx * 1e-9 THEN RETURN c.i || ':-1'; END IF;"
+     "   FOR b IN SELECT u.bucket, u.used FROM limit_use u WHERE u.lim = c.lim AND u.bucket >= now_b - back"
+     "    ORDER BY u.bucket LOOP"
+     "    used := used - b.used;"
+     "    IF used + c.amt <= c.mx + c.mx * 1e-9 THEN"
+     "     RETURN c.i || ':' || ((b.bucket + back + 1) * width - p_now);"
+     "    END IF;"
+     "   END LOOP;"
+     "   RETURN c.i || ':' || ((now_b + back + 1) * width - p_now);"
+     "  END LOOP;"
+     "  RETURN NULL;"
+     " END $$;"
+     /* Draws the charges of a new attempt from their buckets now (a
+      * limit's buckets that left its window go first), in the order of
+      * (limit, bucket) as the give-back locks them; returns what the row
+      * keeps of them. The caller holds the limits' locks
+      * (once_limits_check). */
+     "CREATE FUNCTION once_limits_draw(p_charges json, p_now bigint) RETURNS text LANGUAGE plpgsql AS $$"
+     " DECLARE c record; width bigint; back bigint; now_b bigint; drawn json[] := '{}';"
+     " BEGIN"
+     "  IF p_charges IS NULL THEN RETURN NULL; END IF;"
+     "  FOR c IN SELECT x->>0 AS lim, (x->>1)::bigint AS w, x->3 AS amt FROM json_array_elements(p_charges)"
+     "    WITH ORDINALITY AS t(x, o) ORDER BY x->>0, o LOOP"
+     "   width := greatest(1, c.w / 60); back := (c.w + width - 1) / width; now_b := p_now / width;"
+     "   DELETE FROM limit_use WHERE lim = c.lim AND bucket < now_b - back;"
+     "   INSERT INTO limit_use (lim, bucket, used) VALUES (c.lim, now_b, (c.amt::text)::float8)"
+     "    ON CONFLICT (lim, bucket) DO UPDATE SET used = limit_use.used + EXCLUDED.used;"
+     "   drawn := drawn || json_build_array(c.lim, now_b, c.amt);"
+     "  END LOOP;"
+     "  RETURN array_to_json(drawn)::text;"
+     " END $$;"
+     /* reserve: as in 6, with the attempt's agent and its charges. Where a
+      * new attempt would be written, its limits are checked first: past
+      * one, 'over_limit:INDEX:RETRY' and no row (nothing written), or
+      * with p_over_approve an attempt that waits for a person
+      * ('awaiting_approval:INDEX:RETRY', waits_for_limit, the deadline
+      * p_over_ttl), nothing drawn; else the attempt is written and its
+      * charges drawn and kept on the row. The old signatures become this
+      * one without agent or charges. */
+     "CREATE FUNCTION once_reserve(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint,"
+     "  p_retention bigint, p_fp text, p_request bytea, p_retry_unknown boolean, p_approval_ttl bigint,"
+     "  p_agent text, p_charges json, p_over_approve boolean, p_over_ttl bigint)"
+     " RETURNS SETOF once_reserved LANGUAGE plpgsql AS $$"
+     " DECLARE r actions%ROWTYPE; found_row boolean; ans text; st text := 'pending'; tok text := p_token;"
+     "  lease bigint := p_now + p_lease; lim_over text; waits boolean := false; o once_reserved;"
+     " BEGIN"
+     "  IF p_approval_ttl > 0 THEN st := 'awaiting_approval'; tok := ''; lease := p_now + p_approval_ttl; END IF;"
+     "  LOOP"
+     "   SELECT * INTO r FROM actions WHERE scope = p_scope AND key = p_key FOR UPDATE;"
+     "   found_row := FOUND;"
+     "   IF found_row THEN"
+     "    IF r.state = 'completed' AND r.expires_at > p_now THEN ans := 'completed';"
+     "    ELSIF r.state = 'pending' AND r.lease_expires_at > p_now THEN ans := 'in_flight';"
+     "    ELSIF r.state = 'awaiting_approval' THEN ans := 'awaiting_approval';"
+     "    ELSIF r.state = 'denied' AND r.expires_at > p_now THEN ans := 'denied';"
+     "    ELSIF r.state IN ('unknown', 'held') AND NOT p_retry_unknown THEN ans := r.state;"
+     "    ELSIF r.state = 'pending' AND NOT p_retry_unknown THEN"
+     "     UPDATE actions SET state = 'unknown', error = 'lease expired', updated_at = p_now WHERE id = r.id;"
+     "     ans := 'unknown';"
+     "    END IF;"
+     "    IF ans IS NOT NULL THEN"
+     "     RETURN QUERY SELECT ans, a.* FROM actions a WHERE a.id = r.id;"
+     "     RETURN;"
+     "    END IF;"
+     "   END IF;"
+     "   IF lim_over IS NULL THEN"
+     "    lim_over := once_limits_check(p_charges, p_now);"
+     "    IF lim_over IS NOT NULL AND NOT p_over_approve THEN"
+     "     o.answer := 'over_limit:' || lim_over;"
+     "     RETURN NEXT o;"
+     "     RETURN;"
+     "    END IF;"
+     "    IF lim_over IS NOT NULL THEN"
+     "     waits := true; st := 'awaiting_approval'; tok := ''; lease := p_now + p_over_ttl;"
+     "    END IF;"
+     "   END IF;"
+     "   IF found_row THEN"
+     "    UPDATE actions SET state = st, attempt = attempt + 1, token = tok, updated_at = p_now,"
+     "     lease_expires_at = lease, expires_at = 0, retention_ms = p_retention, fingerprint = p_fp,"
+     "     request = p_request, has_response = false, resp_status = NULL, resp_headers = NULL,"
+     "     resp_body = NULL, provider_id = NULL, error = NULL, note = NULL, approved_at = 0, agent = p_agent,"
+     "     charges = NULL, waits_for_limit = waits WHERE id = r.id;"
+     "    EXIT;"
+     "   END IF;"
+     "   INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
+     "     expires_at, retention_ms, fingerprint, request, agent, waits_for_limit)"
+     "   VALUES (p_scope, p_key, st, 1, tok, p_now, p_now, lease, 0, p_retention, p_fp, p_request, p_agent, waits)"
+     "   ON CONFLICT (scope, key) DO NOTHING RETURNING * INTO r;"
+     /* Lost the race for a new key: the winner's row answers (a fresh
+      * snapshot per statement sees it once its transaction committed). */
+     "   EXIT WHEN FOUND;"
+     "  END LOOP;"
+     "  IF NOT waits AND p_charges IS NOT NULL THEN"
+     "   UPDATE actions SET charges = once_limits_draw(p_charges, p_now) WHERE id = r.id;"
+     "  END IF;"
+     "  ans := CASE WHEN st = 'pending' THEN 'reserved' WHEN waits THEN st || ':' || lim_over ELSE st END;"
+     "  RETURN QUERY SELECT ans, a.* FROM actions a WHERE a.id = r.id;"
+     " END $$;"
+     "CREATE OR REPLACE FUNCTION once_reserve(p_scope text, p_key text, p_token text, p_now bigint, p_lease bigint,"
+     "  p_retention bigint, p_fp text, p_request bytea, p_retry_unknown boolean, p_approval_ttl bigint)"
+     " RETURNS SETOF once_reserved LANGUAGE plpgsql AS $$"
+     " BEGIN"
+     "  RETURN QUERY SELECT * FROM once_reserve(p_scope, p_key, p_token, p_now, p_lease, p_retention, p_fp,"
+     "   p_request, p_retry_unknown, p_approval_ttl, NULL::text, NULL::json, false, 0::bigint);"
+     " END $$;"),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "store/limits.h"
 #include "store/pg_int.h"
 
 /* ---- running operations ------------------------------------------------- */
@@ -107,12 +108,34 @@ static int pgs_approval_oldest(once_store *st, int64_t *created_at)
     return ONCE_OK;
 }
 
+/* The use of one budget: one read of its counted buckets, counted as
+ * src/store/limits.c says (and once_limits_check in SQL). */
+static int pgs_limit_use(once_store *st, const char *limit, int64_t window_ms, int64_t now, double *used,
+                         int64_t *retry_after_ms)
+{
+    limit_span sp = limit_span_at(window_ms, now);
+    params p = {.n = 0};
+    p_text(&p, limit);
+    p_int(&p, sp.first);
+    PGresult *res;
+    int rc = read_exec(pg(st), "limit_use", &p, &res);
+    if (rc < 0)
+        return rc;
+    if (PQntuples(res) == 1) {
+        *used = strtod(PQgetvalue(res, 0, 0), NULL);
+        *retry_after_ms = PQgetisnull(res, 0, 1) ? 0 : limit_leaves(&sp, col_int(res, 0, 1)) - now;
+    }
+    PQclear(res);
+    return ONCE_OK;
+}
+
 static int pgs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
     params p = {.n = 0};
     p_int(&p, after_id);
     p_text(&p, req->state ? once_state_name(req->state) : NULL);
     p_text(&p, req->scope);
+    p_text(&p, req->agent);
     void *items = NULL;
     int rc = pg_read_page(pg(st), "list", &p, &pg_action_rows, req->limit, &items, &out->count, out->next);
     out->items = items;
@@ -194,7 +217,7 @@ static const store_vtable pg_vtable = {
     /* the writes a read may answer first; the reads */
     .reserve = pgs_reserve, .event_insert = pgs_event_insert,
     .get = pgs_get, .list = pgs_list, .event_get = pgs_event_get, .event_list = pgs_event_list,
-    .approval_oldest = pgs_approval_oldest,
+    .approval_oldest = pgs_approval_oldest, .limit_use = pgs_limit_use,
     .close = pgs_close,
 };
 

@@ -10,10 +10,11 @@
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "store/limits.h"
 #include "store/pg_int.h"
 
 const stmt_def pg_stmts[] = {
-    {"reserve", "SELECT * FROM once_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    {"reserve", "SELECT * FROM once_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::json, $13, $14)"},
     {"complete", "SELECT once_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"settle", "SELECT once_settle($1, $2, $3, $4, $5, $6)"},
     {"resolve", "SELECT once_resolve($1, $2, $3, $4, $5, $6)"},
@@ -35,8 +36,8 @@ const stmt_def pg_stmts[] = {
              "count(*) OVER () AS page_total, sum(coalesce(octet_length(p.request), 0) + "
              "coalesce(octet_length(p.resp_body), 0) + coalesce(octet_length(p.resp_headers), 0)) "
              "OVER (ORDER BY p.id) AS run FROM (SELECT * FROM actions WHERE id > $1 AND ($2::text IS NULL OR "
-             "state = $2) AND ($3::text IS NULL OR scope = $3) ORDER BY id LIMIT $4) p) w "
-             "WHERE w.rn = 1 OR w.run <= $5 ORDER BY w.id"},
+             "state = $2) AND ($3::text IS NULL OR scope = $3) AND ($4::text IS NULL OR agent = $4) "
+             "ORDER BY id LIMIT $5) p) w WHERE w.rn = 1 OR w.run <= $6 ORDER BY w.id"},
     {"ping", "SELECT 1"},
     /* SKIP LOCKED: lookups on N nodes take disjoint actions. */
     {"rc_claim", "UPDATE actions a SET lookup_next_at = $2 + $3 FROM (SELECT id FROM actions WHERE state = "
@@ -46,7 +47,7 @@ const stmt_def pg_stmts[] = {
                  "a.updated_at, a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, "
                  "a.has_response, a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, "
                  "a.lookups, a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at, a.decided_by, "
-                 "a.decision_note"},
+                 "a.decision_note, a.agent, a.charges, a.waits_for_limit"},
     {"rc_settle", "SELECT once_reconcile($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     {"rc_failed", "SELECT once_reconcile_failed($1, $2, $3, $4, $5, $6)"},
     /* No conflict target: a duplicate id or a duplicate digest. */
@@ -55,14 +56,15 @@ const stmt_def pg_stmts[] = {
                   "ON CONFLICT DO NOTHING"},
     /* SKIP LOCKED: claimers on N nodes take disjoint events. */
     {"ev_claim", "UPDATE events e SET attempt = e.attempt + 1, receipt = e.id || '.' || $4, "
-                 "claim_until = $2 + $3, updated_at = $2 FROM (SELECT id FROM (SELECT l.id, "
+                 "claim_until = $2 + $3, updated_at = $2, claimed_by = $7 FROM (SELECT id FROM (SELECT l.id, "
                  "row_number() OVER (ORDER BY l.next_at, l.id) AS rn, sum(coalesce(octet_length(l.body), 0) + "
                  "coalesce(octet_length(l.headers), 0)) OVER (ORDER BY l.next_at, l.id) AS run FROM (SELECT id, "
                  "next_at, body, headers FROM events WHERE source = $1 AND state = 'pending' AND next_at <= $2 "
                  "AND claim_until <= $2 ORDER BY next_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) l) w "
                  "WHERE w.rn = 1 OR w.run <= $6) d WHERE e.id = d.id RETURNING e.id, e.source, e.event_id, "
                  "e.state, e.attempt, e.received_at, e.updated_at, e.next_at, e.claim_until, e.receipt, "
-                 "e.delivered_at, e.expires_at, e.retention_ms, e.content_type, e.headers, e.body, e.error"},
+                 "e.delivered_at, e.expires_at, e.retention_ms, e.content_type, e.headers, e.body, e.error, "
+                 "e.claimed_by"},
     {"ev_settle", "SELECT once_event_settle($1, $2, $3, $4, $5, $6, $7, $8)"},
     {"ev_exists", "SELECT 1 FROM events WHERE source = $1 AND (event_id = $2 OR digest = $3)"},
     {"ev_get", "SELECT " E_COLS " FROM events WHERE source = $1 AND event_id = $2"},
@@ -89,10 +91,14 @@ const stmt_def pg_stmts[] = {
                        "RETURNING a.id, a.scope, a.key, a.state, a.attempt, a.token, a.created_at, a.updated_at, "
                        "a.lease_expires_at, a.expires_at, a.retention_ms, a.fingerprint, a.request, a.has_response, "
                        "a.resp_status, a.resp_headers, a.resp_body, a.provider_id, a.error, a.note, a.lookups, "
-                       "a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at, a.decided_by, a.decision_note"},
+                       "a.lookup_next_at, a.trail, a.resp_not_stored, a.approved_at, a.decided_by, a.decision_note, "
+                       "a.agent, a.charges, a.waits_for_limit"},
     {"approval_oldest", "SELECT coalesce(min(created_at), 0) FROM actions WHERE state = 'awaiting_approval' "
                         "AND approved_at = 0"},
     {"ev_sweep", "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= $1"},
+    /* limits: the use of one budget from its first counted bucket on */
+    {"limit_use", "SELECT coalesce(sum(used), 0), min(bucket) FILTER (WHERE used > 0) FROM limit_use "
+                  "WHERE lim = $1 AND bucket >= $2"},
 };
 const size_t pg_nstmts = sizeof pg_stmts / sizeof pg_stmts[0];
 
@@ -115,7 +121,8 @@ static void answer_code(store_op *op, const char *ans, const char *what)
 }
 
 /* The status a once_reserve answer names: the answers are the statuses'
- * names ('reserved', 'completed', ..., 'awaiting_approval', 'denied').
+ * names ('reserved', 'completed', ..., 'awaiting_approval', 'denied';
+ * 'over_limit' carries no row, decode_reserve reads it itself).
  * An answer this build does not know is taken for UNKNOWN: never resent. */
 static once_reserve_status reserve_status(const char *ans)
 {
@@ -127,16 +134,40 @@ static once_reserve_status reserve_status(const char *ans)
     return ONCE_UNKNOWN;
 }
 
+/* The limit an answer names after its status ('over_limit:INDEX:RETRY',
+ * 'awaiting_approval:INDEX:RETRY', once_limits_check's), into the
+ * reservation; the answer's length up to it into *len. */
+static void reserve_limit(once_reservation *r, const char *ans, size_t *len)
+{
+    const char *colon = strchr(ans, ':');
+    *len = colon ? (size_t)(colon - ans) : strlen(ans);
+    if (!colon)
+        return;
+    char *end = NULL;
+    r->over_limit = (size_t)strtoull(colon + 1, &end, 10);
+    r->retry_after_ms = end && *end == ':' ? strtoll(end + 1, NULL, 10) : -1;
+}
+
 /* once_reserve's row: 'reserved' (a new attempt) or the answer the row gave
  * ('completed', 'in_flight', 'unknown', 'held', 'awaiting_approval',
- * 'denied'), then the row itself. */
+ * 'denied'), then the row itself; or 'over_limit:INDEX:RETRY' and no row
+ * (nothing was written). */
 static void decode_reserve(store_op *op, const PGresult *res)
 {
     if (PQntuples(res) != 1) {
         store_op_fail(op, ONCE_ESTORE, "reserve: no answer from the database");
         return;
     }
-    const char *ans = PQgetvalue(res, 0, 0);
+    char ans[64];
+    size_t len;
+    snprintf(ans, sizeof ans, "%s", PQgetvalue(res, 0, 0));
+    reserve_limit(op->res, ans, &len);
+    ans[len] = '\0';
+    if (strcmp(ans, "over_limit") == 0) {
+        op->res->status = ONCE_OVER_LIMIT;
+        op->rc = ONCE_OK;
+        return;
+    }
     once_action a;
     int rc = action_decode(res, 0, 1, &a);
     if (rc < 0) {
@@ -297,6 +328,10 @@ typedef enum pg_arg {
     ARG_REQ_BODY,
     ARG_REQ_RETRY_UNKNOWN,
     ARG_REQ_APPROVAL_TTL,
+    ARG_REQ_AGENT,
+    ARG_REQ_CHARGES,   /* as JSON (limits_json), or NULL without any */
+    ARG_REQ_OVER_APPROVE,
+    ARG_REQ_OVER_TTL,
     ARG_APPROVE,       /* a decision: approve (true) or deny */
     ARG_STEP,          /* a trail line */
     ARG_WHO,           /* a decision's decider (decided_by) */
@@ -321,7 +356,8 @@ typedef struct pg_op_def {
 static const pg_op_def pg_ops[] = {
     [OP_RESERVE] = {"reserve",
                     {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_REQ_LEASE, ARG_REQ_RETENTION, ARG_REQ_FINGERPRINT,
-                     ARG_REQ_BODY, ARG_REQ_RETRY_UNKNOWN, ARG_REQ_APPROVAL_TTL},
+                     ARG_REQ_BODY, ARG_REQ_RETRY_UNKNOWN, ARG_REQ_APPROVAL_TTL, ARG_REQ_AGENT, ARG_REQ_CHARGES,
+                     ARG_REQ_OVER_APPROVE, ARG_REQ_OVER_TTL},
                     decode_reserve},
     [OP_COMPLETE] = {"complete", {ARG_SCOPE, ARG_KEY, ARG_TOKEN, ARG_NOW, ARG_RESPONSE, ARG_PROVIDER, ARG_NOT_STORED},
                      decode_action_answer},
@@ -343,7 +379,7 @@ static const pg_op_def pg_ops[] = {
                       {ARG_EV_SOURCE, ARG_EV_ID, ARG_NOW, ARG_EV_RETENTION, ARG_EV_CONTENT_TYPE, ARG_EV_HEADERS,
                        ARG_EV_BODY, ARG_EV_DIGEST},
                       decode_inserted},
-    [OP_EV_CLAIM] = {"ev_claim", {ARG_SCOPE, ARG_NOW, ARG_LEASE, ARG_TOKEN, ARG_MAX, ARG_PAGE_BYTES},
+    [OP_EV_CLAIM] = {"ev_claim", {ARG_SCOPE, ARG_NOW, ARG_LEASE, ARG_TOKEN, ARG_MAX, ARG_PAGE_BYTES, ARG_WHO},
                      decode_ev_claim},
     [OP_EV_SETTLE] = {"ev_settle",
                       {ARG_SCOPE, ARG_RECEIPT_ID, ARG_RECEIPT, ARG_ACK, ARG_DELAY, ARG_DEAD, ARG_TEXT, ARG_NOW},
@@ -381,6 +417,24 @@ static int p_receipt_id(params *p, store_op *op)
     return 0;
 }
 
+/* A reservation's charges as once_reserve takes them (JSON), made here on
+ * the writer and freed once sent (p->own); NULL without any. */
+static int p_charges(params *p, store_op *op)
+{
+    const once_reserve_req *r = op->rreq;
+    if (!r->ncharges) {
+        p_text(p, NULL);
+        return 0;
+    }
+    p->own = limits_json(r->charges, r->ncharges, NULL);
+    if (!p->own) {
+        store_op_fail(op, ONCE_ENOMEM, "reserve: out of memory");
+        return -1;
+    }
+    p_text(p, p->own);
+    return 0;
+}
+
 /* Appends op's parameter a to p. -1 (op failed) when op cannot give it. */
 static int p_arg(params *p, store_op *op, pg_arg a)
 {
@@ -414,6 +468,10 @@ static int p_arg(params *p, store_op *op, pg_arg a)
     case ARG_REQ_BODY: p_bytes(p, r->request, r->request_len); break;
     case ARG_REQ_RETRY_UNKNOWN: p_bool(p, r->retry_unknown); break;
     case ARG_REQ_APPROVAL_TTL: p_int(p, r->approval_ttl_ms); break;
+    case ARG_REQ_AGENT: p_text(p, r->agent); break;
+    case ARG_REQ_CHARGES: return p_charges(p, op);
+    case ARG_REQ_OVER_APPROVE: p_bool(p, r->over_limit_approve); break;
+    case ARG_REQ_OVER_TTL: p_int(p, r->over_limit_ttl_ms); break;
     case ARG_APPROVE: p_bool(p, op->approve); break;
     case ARG_STEP: p_text(p, op->step); break;
     case ARG_WHO: p_text(p, op->who); break;
@@ -440,10 +498,14 @@ static int op_send(PGconn *c, store_op *op)
         return 1;
     params p = {.n = 0};
     for (size_t i = 0; i < PARAMS_MAX && def->args[i] != ARG_END; i++) {
-        if (p_arg(&p, op, def->args[i]) < 0)
+        if (p_arg(&p, op, def->args[i]) < 0) {
+            free(p.own);
             return 1;
+        }
     }
-    return PQsendQueryPrepared(c, def->stmt, p.n, p.v, p.len, p.fmt, 0) == 1 ? 0 : -1;
+    int sent = PQsendQueryPrepared(c, def->stmt, p.n, p.v, p.len, p.fmt, 0) == 1;
+    free(p.own);
+    return sent ? 0 : -1;
 }
 
 /* Reads op's result into its outputs (valid only if the batch commits). */
@@ -461,8 +523,45 @@ static void send_simple(PGconn *c, const char *sql)
     PQsendQueryParams(c, sql, 0, NULL, NULL, NULL, NULL, 0);
 }
 
-/* One pipeline: BEGIN, the operations, COMMIT, sync; then every result.
- * Outputs are decoded as they come and voided unless COMMIT succeeded. */
+/* Sends the lock of every limit the batch's reservations charge
+ * (once_limits_lock), right after BEGIN: a reservation takes its limits'
+ * locks before it reads their use, and two batches that took them op by op
+ * in their own (key) order could each hold a lock the other waits for. All
+ * at once, in one order, they cannot. 1 sent, 0 none to send (or out of
+ * memory: each reservation then takes its own, as once_reserve does). */
+static int send_limit_locks(PGconn *c, store_op *const *ops, size_t n)
+{
+    size_t len = 0, k = 0;
+    char *parts[BATCH_MAX];
+    for (size_t i = 0; i < n && k < BATCH_MAX; i++) {
+        const once_reserve_req *r = ops[i]->kind == OP_RESERVE ? ops[i]->rreq : NULL;
+        if (r && r->ncharges && (parts[k] = limits_json(r->charges, r->ncharges, NULL)) != NULL)
+            len += strlen(parts[k++]) + 1;
+    }
+    char *all = k ? malloc(len + 2) : NULL;
+    if (all) {
+        /* [[...],[...]] and [[...]] joined: [[...],[...],[...]] */
+        char *p = all;
+        for (size_t i = 0; i < k; i++) {
+            size_t m = strlen(parts[i]);
+            memcpy(p, i ? parts[i] + 1 : parts[i], i ? m - 1 : m);
+            p += i ? m - 1 : m;
+            if (i + 1 < k)
+                p[-1] = ',';
+        }
+        *p = '\0';
+        const char *v[1] = {all};
+        PQsendQueryParams(c, "SELECT once_limits_lock($1::json)", 1, NULL, v, NULL, NULL, 0);
+    }
+    for (size_t i = 0; i < k; i++)
+        free(parts[i]);
+    free(all);
+    return all != NULL;
+}
+
+/* One pipeline: BEGIN, the limits' locks (when the batch charges any), the
+ * operations, COMMIT, sync; then every result. Outputs are decoded as they
+ * come and voided unless COMMIT succeeded. */
 static batch_result batch_pipeline(PGconn *c, store_op **ops, size_t n, char *err, size_t errlen)
 {
     if (PQenterPipelineMode(c) != 1) {
@@ -476,6 +575,7 @@ static batch_result batch_pipeline(PGconn *c, store_op **ops, size_t n, char *er
         return BATCH_FAILED;
     }
     send_simple(c, "BEGIN");
+    size_t pre = 1 + (size_t)send_limit_locks(c, ops, n); /* the queries before the first op */
     for (size_t i = 0; i < n; i++) {
         int rc = op_send(c, ops[i]);
         sent[i] = rc == 0;
@@ -488,10 +588,12 @@ static batch_result batch_pipeline(PGconn *c, store_op **ops, size_t n, char *er
 
     int failed = 0, retry = 0, broken = 0;
     err[0] = '\0';
-    /* n + 2 queries were sent at most: BEGIN, the sent ops, COMMIT. */
-    for (size_t q = 0; q < n + 2; q++) {
-        size_t i = q - 1;
-        if (q >= 1 && q <= n && !sent[i])
+    /* n + pre + 1 queries were sent at most: BEGIN, the locks, the sent
+     * ops, COMMIT. */
+    for (size_t q = 0; q < n + pre + 1; q++) {
+        size_t i = q - pre;
+        int is_op = q >= pre && q < pre + n;
+        if (is_op && !sent[i])
             continue;
         PGresult *res = PQgetResult(c);
         if (!res) {
@@ -508,9 +610,9 @@ static batch_result batch_pipeline(PGconn *c, store_op **ops, size_t n, char *er
                 pg_msg(PQresultErrorMessage(res), err, errlen);
         } else if (st == PGRES_PIPELINE_ABORTED) {
             failed = 1;
-        } else if (q >= 1 && q <= n && !failed) {
+        } else if (is_op && !failed) {
             op_decode(ops[i], res);
-        } else if (q == n + 1 && st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "ROLLBACK") == 0) {
+        } else if (q == n + pre && st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "ROLLBACK") == 0) {
             failed = 1; /* COMMIT of a failed transaction answers ROLLBACK */
         }
         PQclear(res);

@@ -14,7 +14,7 @@
 
 #define EV_COLS                                                                                         \
     "id, source, event_id, state, attempt, received_at, updated_at, next_at, claim_until, receipt, "     \
-    "delivered_at, expires_at, content_type, headers, body, error"
+    "delivered_at, expires_at, content_type, headers, body, error, claimed_by"
 
 enum {
     E_ID,
@@ -32,7 +32,8 @@ enum {
     E_CTYPE,
     E_HEADERS,
     E_BODY,
-    E_ERROR
+    E_ERROR,
+    E_CLAIMED_BY
 };
 
 static const char *const ev_sql[EV_COUNT] = {
@@ -47,8 +48,8 @@ static const char *const ev_sql[EV_COUNT] = {
                "WHERE source = ?1 "
                "AND state = 'pending' AND next_at <= ?2 "
                "AND claim_until <= ?2 ORDER BY next_at, id LIMIT ?3",
-    [EV_CLAIM] = "UPDATE events SET attempt = attempt + 1, receipt = ?2, claim_until = ?3, updated_at = ?4 "
-                 "WHERE id = ?1",
+    [EV_CLAIM] = "UPDATE events SET attempt = attempt + 1, receipt = ?2, claim_until = ?3, updated_at = ?4, "
+                 "claimed_by = ?5 WHERE id = ?1",
     /* A retry ends the claim: its receipt can settle nothing any more. */
     [EV_SETTLE] = "UPDATE events SET state = ?2, claim_until = 0, next_at = ?3, updated_at = ?4, "
                   "receipt = CASE WHEN ?2 = 'pending' THEN NULL ELSE receipt END, "
@@ -87,6 +88,7 @@ static int ev_decode(sqlite3_stmt *st, once_event *e)
     e->headers = sq_col_dup(st, E_HEADERS, &e->headers_len, &ok);
     e->body = sq_col_dup(st, E_BODY, &e->body_len, &ok);
     e->error = sq_col_dup(st, E_ERROR, NULL, &ok);
+    e->claimed_by = sq_col_dup(st, E_CLAIMED_BY, NULL, &ok);
     if (!ok || !e->source || !e->event_id) {
         once_event_free(e);
         return ONCE_ENOMEM;
@@ -207,7 +209,8 @@ static void op_claim(sq_conn *c, store_op *op)
         }
         snprintf(receipt, sizeof receipt, "%lld.%s", (long long)ids[i], token);
         st = sq_bind(ev_stmt(c, op, EV_CLAIM), 1,
-                     SQ_VALS(SQ_INT(ids[i]), SQ_TEXT(receipt), SQ_INT(op->now + op->lease_ms), SQ_INT(op->now)));
+                     SQ_VALS(SQ_INT(ids[i]), SQ_TEXT(receipt), SQ_INT(op->now + op->lease_ms), SQ_INT(op->now),
+                             SQ_TEXT(op->who)));
         if (sq_write_step(c, op, st, "claim") < 0 || list_push(c, op, ids[i], receipt) < 0)
             goto out;
     }

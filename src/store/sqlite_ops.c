@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "store/limits.h"
 #include "store/sqlite_ops.h"
 
 #define COLS                                                                                        \
     "id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at, expires_at, " \
     "retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body, "      \
-    "provider_id, error, note, lookups, trail, resp_not_stored, approved_at, decided_by, decision_note"
+    "provider_id, error, note, lookups, trail, resp_not_stored, approved_at, decided_by, decision_note, " \
+    "agent, waits_for_limit"
 
 enum {
     C_ID,
@@ -46,20 +48,23 @@ enum {
     C_RESP_NOT_STORED,
     C_APPROVED,
     C_DECIDED_BY,
-    C_DECISION_NOTE
+    C_DECISION_NOTE,
+    C_AGENT,
+    C_WAITS_FOR_LIMIT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT] = "INSERT INTO actions (scope, key, state, attempt, token, created_at, updated_at, "
-                  "lease_expires_at, expires_at, retention_ms, fingerprint, request) "
-                  "VALUES (?1, ?2, ?9, 1, ?3, ?4, ?4, ?5, 0, ?6, ?7, ?8) "
+                  "lease_expires_at, expires_at, retention_ms, fingerprint, request, agent, waits_for_limit) "
+                  "VALUES (?1, ?2, ?9, 1, ?3, ?4, ?4, ?5, 0, ?6, ?7, ?8, ?10, ?11) "
                   "ON CONFLICT (scope, key) DO NOTHING",
     [ST_SELECT] = "SELECT " COLS " FROM actions WHERE scope = ?1 AND key = ?2",
     [ST_REARM] = "UPDATE actions SET state = ?8, attempt = attempt + 1, token = ?2, updated_at = ?3, "
                  "lease_expires_at = ?4, expires_at = 0, retention_ms = ?5, fingerprint = ?6, request = ?7, "
                  "has_response = 0, resp_status = NULL, resp_headers = NULL, resp_body = NULL, "
                  "provider_id = NULL, error = NULL, note = NULL, lookups = 0, lookup_next_at = 0, "
-                 "resp_not_stored = 0, approved_at = 0, decided_by = NULL, decision_note = NULL WHERE id = ?1",
+                 "resp_not_stored = 0, approved_at = 0, decided_by = NULL, decision_note = NULL, agent = ?9, "
+                 "waits_for_limit = ?10, charges = NULL WHERE id = ?1",
     [ST_COMPLETE] = "UPDATE actions SET state = 'completed', has_response = ?2, resp_status = ?3, "
                     "resp_headers = ?4, resp_body = ?5, provider_id = ?6, note = COALESCE(note, ?7), "
                     "updated_at = ?8, expires_at = ?8 + retention_ms, resp_not_stored = ?9 WHERE id = ?1",
@@ -93,10 +98,18 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "trail = CASE WHEN ?5 IS NULL THEN trail WHEN trail IS NULL THEN ?5 ELSE trail || char(10) || ?5 END "
                      "WHERE id = ?1",
     [ST_LIST] = "SELECT " COLS " FROM actions WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
-                "AND (?3 IS NULL OR scope = ?3) ORDER BY id LIMIT ?4",
+                "AND (?3 IS NULL OR scope = ?3) AND (?5 IS NULL OR agent = ?5) ORDER BY id LIMIT ?4",
     [ST_PING] = "SELECT 1",
     [ST_RENEW] = "UPDATE actions SET lease_expires_at = ?2 WHERE id = ?1",
     [ST_SELECT_ID] = "SELECT " COLS " FROM actions WHERE id = ?1",
+    [ST_LIM_SUM] = "SELECT total(used) FROM limit_use WHERE lim = ?1 AND bucket >= ?2",
+    [ST_LIM_ROWS] = "SELECT bucket, used FROM limit_use WHERE lim = ?1 AND bucket >= ?2 ORDER BY bucket",
+    [ST_LIM_PRUNE] = "DELETE FROM limit_use WHERE lim = ?1 AND bucket < ?2",
+    [ST_LIM_ADD] = "INSERT INTO limit_use (lim, bucket, used) VALUES (?1, ?2, ?3) "
+                   "ON CONFLICT (lim, bucket) DO UPDATE SET used = used + excluded.used",
+    [ST_LIM_USE] = "SELECT total(used), min(CASE WHEN used > 0 THEN bucket END) FROM limit_use "
+                   "WHERE lim = ?1 AND bucket >= ?2",
+    [ST_SET_CHARGES] = "UPDATE actions SET charges = ?2 WHERE id = ?1",
 };
 
 int sq_errcode(int rc)
@@ -280,6 +293,8 @@ static int row_decode(sqlite3_stmt *st, once_action *a)
     a->approved_at = sqlite3_column_int64(st, C_APPROVED);
     a->decided_by = sq_col_dup(st, C_DECIDED_BY, NULL, &ok);
     a->decision_note = sq_col_dup(st, C_DECISION_NOTE, NULL, &ok);
+    a->agent = sq_col_dup(st, C_AGENT, NULL, &ok);
+    a->waits_for_limit = sqlite3_column_int(st, C_WAITS_FOR_LIMIT) != 0;
     if (!ok || !a->scope || !a->key) {
         once_action_free(a);
         return ONCE_ENOMEM;
@@ -500,25 +515,27 @@ static int set_state(sq_conn *c, store_op *op, const sq_row_head *h, once_state 
 }
 
 /* The state a reservation that may go ahead writes: pending, or (with an
- * approval_ttl) awaiting a human's approval. */
-static once_state attempt_state(const store_op *op)
+ * approval_ttl, or past a limit with over_limit_approve: waits) awaiting a
+ * human's approval. */
+static once_state attempt_state(const store_op *op, int waits)
 {
-    return op->rreq->approval_ttl_ms > 0 ? ONCE_STATE_AWAITING_APPROVAL : ONCE_STATE_PENDING;
+    return op->rreq->approval_ttl_ms > 0 || waits ? ONCE_STATE_AWAITING_APPROVAL : ONCE_STATE_PENDING;
 }
 
 /* A new attempt's columns from ?i on, in the order ST_INSERT and ST_REARM
  * share: its token (empty while it awaits approval), now, the end of its
  * lease (or the decision's deadline), the retention, the request's
- * fingerprint, the request and its state. */
-static sqlite3_stmt *bind_attempt(sqlite3_stmt *st, int i, const store_op *op)
+ * fingerprint, the request, its state, its agent and whether it waits
+ * because it was past a limit (waits). */
+static sqlite3_stmt *bind_attempt(sqlite3_stmt *st, int i, const store_op *op, int waits)
 {
     const once_reserve_req *r = op->rreq;
-    int approval = r->approval_ttl_ms > 0;
+    int awaiting = attempt_state(op, waits) == ONCE_STATE_AWAITING_APPROVAL;
+    int64_t until = op->now + (waits ? r->over_limit_ttl_ms : awaiting ? r->approval_ttl_ms : r->lease_ms);
     return sq_bind(st, i,
-                   SQ_VALS(SQ_TEXT(op->token), SQ_INT(op->now),
-                           SQ_INT(op->now + (approval ? r->approval_ttl_ms : r->lease_ms)), SQ_INT(r->retention_ms),
-                           SQ_TEXT(r->fingerprint), SQ_BLOB(r->request, r->request_len),
-                           SQ_TEXT(once_state_name(attempt_state(op)))));
+                   SQ_VALS(SQ_TEXT(awaiting ? "" : op->token), SQ_INT(op->now), SQ_INT(until),
+                           SQ_INT(r->retention_ms), SQ_TEXT(r->fingerprint), SQ_BLOB(r->request, r->request_len),
+                           SQ_TEXT(once_state_name(attempt_state(op, waits))), SQ_TEXT(r->agent), SQ_INT(waits)));
 }
 
 /* Answers a reservation with status from the row of (scope, key) as the
@@ -539,9 +556,9 @@ static void answer_written(sq_conn *c, store_op *op, once_reserve_status status)
 
 /* The end of a reservation that wrote a new attempt: RESERVED with its
  * token and lease, or the row when it waits for approval. */
-static void reserved(sq_conn *c, store_op *op, int64_t attempt)
+static void reserved(sq_conn *c, store_op *op, int64_t attempt, int waits)
 {
-    if (attempt_state(op) == ONCE_STATE_AWAITING_APPROVAL) {
+    if (attempt_state(op, waits) == ONCE_STATE_AWAITING_APPROVAL) {
         answer_written(c, op, ONCE_AWAITING_APPROVAL);
         return;
     }
@@ -549,20 +566,141 @@ static void reserved(sq_conn *c, store_op *op, int64_t attempt)
     op->rc = ONCE_OK;
 }
 
+/* When enough of the counted buckets of charge ch (span sp, holding used
+ * in all) have left its window for ch to fit: ms from now, oldest bucket
+ * first; -1 when ch is larger than its limit. 0 on a failed read (op
+ * failed). */
+static int64_t limit_retry_after(sq_conn *c, store_op *op, const once_limit_charge *ch, const limit_span *sp,
+                                 double used)
+{
+    if (!limit_fits(0, ch->amount, ch->max))
+        return -1;
+    sqlite3_stmt *st = sq_bind(stmt(c, op, ST_LIM_ROWS), 1, SQ_VALS(SQ_TEXT(ch->limit), SQ_INT(sp->first)));
+    int64_t leaves = limit_leaves(sp, sp->now_bucket); /* the last one (a rounding residue aside) */
+    int found;
+    while ((found = sq_step_row(c, op, st, "limit")) == 1) {
+        used -= sqlite3_column_double(st, 1);
+        if (limit_fits(used, ch->amount, ch->max)) {
+            leaves = limit_leaves(sp, sqlite3_column_int64(st, 0));
+            break;
+        }
+    }
+    sq_done(st);
+    return found < 0 ? 0 : leaves - op->now;
+}
+
+/* The limits of a new attempt, in the order given (the writer's
+ * transaction serializes them): 0 every charge fits, 1 one does not (the
+ * reservation's over_limit and retry_after_ms say which and when), -1 op
+ * failed. */
+static int limits_check(sq_conn *c, store_op *op)
+{
+    const once_reserve_req *r = op->rreq;
+    for (size_t i = 0; i < r->ncharges; i++) {
+        const once_limit_charge *ch = &r->charges[i];
+        limit_span sp = limit_span_at(ch->window_ms, op->now);
+        sqlite3_stmt *st = stmt(c, op, ST_LIM_SUM);
+        int found = sq_find(c, op, st, "limit", SQ_VALS(SQ_TEXT(ch->limit), SQ_INT(sp.first)));
+        double used = found == 1 ? sqlite3_column_double(st, 0) : 0;
+        sq_done(st);
+        if (found < 0)
+            return -1;
+        if (limit_fits(used, ch->amount, ch->max))
+            continue;
+        op->res->over_limit = i;
+        op->res->retry_after_ms = limit_retry_after(c, op, ch, &sp, used);
+        return op->res->retry_after_ms == 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* Draws every charge of the new attempt of row id from its bucket now
+ * (a limit's buckets that left its window go first) and keeps what was
+ * drawn on the row, to be given back if the attempt is released or denied
+ * (the actions_give_back trigger). 0, or -1 with op failed. */
+static int limits_draw(sq_conn *c, store_op *op, int64_t id)
+{
+    const once_reserve_req *r = op->rreq;
+    int64_t buckets[ONCE_LIMIT_CHARGES_MAX];
+    for (size_t i = 0; i < r->ncharges; i++) {
+        const once_limit_charge *ch = &r->charges[i];
+        limit_span sp = limit_span_at(ch->window_ms, op->now);
+        buckets[i] = sp.now_bucket;
+        sqlite3_stmt *st = sq_bind(stmt(c, op, ST_LIM_PRUNE), 1, SQ_VALS(SQ_TEXT(ch->limit), SQ_INT(sp.first)));
+        if (sq_write_step(c, op, st, "limit") < 0)
+            return -1;
+        st = sq_bind(stmt(c, op, ST_LIM_ADD), 1, SQ_VALS(SQ_TEXT(ch->limit), SQ_INT(sp.now_bucket)));
+        if (st)
+            sqlite3_bind_double(st, 3, ch->amount);
+        if (sq_write_step(c, op, st, "limit") < 0)
+            return -1;
+    }
+    char *drawn = limits_json(r->charges, r->ncharges, buckets);
+    if (!drawn) {
+        store_op_fail(op, ONCE_ENOMEM, "reserve: out of memory");
+        return -1;
+    }
+    int rc = sq_write_step(c, op, sq_bind(row_stmt(c, op, ST_SET_CHARGES, id), 2, SQ_VALS(SQ_TEXT(drawn))), "limit");
+    free(drawn);
+    return rc;
+}
+
+/* A new attempt of a reservation with charges (h: the row it re-arms, NULL
+ * for a new row): its limits first; past one, OVER_LIMIT with nothing
+ * written, or (over_limit_approve) an attempt that waits for a person
+ * with nothing drawn; else the attempt, then its charges drawn. */
+static void new_attempt(sq_conn *c, store_op *op, const sq_row_head *h)
+{
+    const once_reserve_req *r = op->rreq;
+    int over = limits_check(c, op);
+    if (over < 0)
+        return;
+    if (over && !r->over_limit_approve) {
+        op->res->status = ONCE_OVER_LIMIT;
+        op->rc = ONCE_OK;
+        return;
+    }
+    sqlite3_stmt *st;
+    if (h) {
+        ONCE_ASSERT(ledger_transition_allowed(h->state, attempt_state(op, over)));
+        st = bind_attempt(row_stmt(c, op, ST_REARM, h->id), 2, op, over);
+    } else {
+        st = bind_attempt(sq_bind(stmt(c, op, ST_INSERT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key))), 3, op,
+                          over);
+    }
+    if (sq_write_step(c, op, st, "reserve") < 0)
+        return;
+    int64_t id = h ? h->id : sqlite3_last_insert_rowid(c->db);
+    if (!over && r->ncharges && limits_draw(c, op, id) < 0)
+        return;
+    reserved(c, op, h ? h->attempt + 1 : 1, over);
+}
+
+/* Without charges the insert goes first and the unique constraint decides
+ * (most keys are new); with charges the row is read first, since limits are
+ * looked at only where a new attempt would be written, and nothing may be
+ * written past one (the single writer makes the read and the write one). */
 static void op_reserve(sq_conn *c, store_op *op)
 {
     const once_reserve_req *r = op->rreq;
-    sqlite3_stmt *st = sq_bind(stmt(c, op, ST_INSERT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)));
-    if (sq_write_step(c, op, bind_attempt(st, 3, op), "reserve") < 0)
-        return;
-    /* The unique constraint decided: one insert wins, the rest read. */
-    if (sqlite3_changes(c->db) == 1) {
-        reserved(c, op, 1);
-        return;
+    sqlite3_stmt *st;
+    if (!r->ncharges) {
+        st = sq_bind(stmt(c, op, ST_INSERT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)));
+        if (sq_write_step(c, op, bind_attempt(st, 3, op, 0), "reserve") < 0)
+            return;
+        if (sqlite3_changes(c->db) == 1) {
+            reserved(c, op, 1, 0);
+            return;
+        }
     }
     if (!(st = sq_bind(stmt(c, op, ST_SELECT), 1, SQ_VALS(SQ_TEXT(r->scope), SQ_TEXT(r->key)))))
         return;
     int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE && r->ncharges) {
+        sq_done(st);
+        new_attempt(c, op, NULL);
+        return;
+    }
     sq_row_head h;
     if (rc != SQLITE_ROW || head_read(st, &h) < 0) {
         if (rc == SQLITE_ROW || rc == SQLITE_DONE)
@@ -588,10 +726,7 @@ static void op_reserve(sq_conn *c, store_op *op)
     /* RELEASED, COMPLETED or DENIED past its retention, or (natively
      * deduped) UNKNOWN, HELD or an expired lease: a new attempt (or one
      * that waits for approval). */
-    ONCE_ASSERT(ledger_transition_allowed(h.state, attempt_state(op)));
-    if (sq_write_step(c, op, bind_attempt(row_stmt(c, op, ST_REARM, h.id), 2, op), "reserve again") < 0)
-        return;
-    reserved(c, op, h.attempt + 1);
+    new_attempt(c, op, &h);
 }
 
 /* Fencing: only the current attempt's token may settle the row. */
@@ -792,7 +927,7 @@ static void op_list(sq_conn *c, store_op *op)
     void *items = NULL;
     sqlite3_stmt *st = sq_bind(stmt(c, op, ST_LIST), 2,
                                SQ_VALS(SQ_TEXT(r->state ? once_state_name(r->state) : NULL), SQ_TEXT(r->scope)));
-    if (!st)
+    if (!sq_bind(st, 5, SQ_VALS(SQ_TEXT(r->agent))))
         return;
     sq_read_page(c, op, st, &sq_action_rows, r->limit, &items, &op->list->count, op->list->next);
     op->list->items = items;
@@ -817,6 +952,23 @@ static void op_get(sq_conn *c, store_op *op)
     sqlite3_stmt *st;
     int found = row_find(c, op, &st);
     sq_finish_get(op, st, found, &sq_action_rows, op->action, op->key);
+}
+
+/* The use of one budget now: what its counted buckets hold, and when the
+ * oldest of them that holds anything leaves the window. */
+static void op_limit_use(sq_conn *c, store_op *op)
+{
+    limit_span sp = limit_span_at(op->window_ms, op->now);
+    sqlite3_stmt *st = stmt(c, op, ST_LIM_USE);
+    int found = sq_find(c, op, st, "limit use", SQ_VALS(SQ_TEXT(op->text), SQ_INT(sp.first)));
+    if (found == 1) {
+        *op->used = sqlite3_column_double(st, 0);
+        *op->retry_out = sqlite3_column_type(st, 1) == SQLITE_NULL
+                             ? 0
+                             : limit_leaves(&sp, sqlite3_column_int64(st, 1)) - op->now;
+        op->rc = ONCE_OK;
+    }
+    sq_done(st);
 }
 
 static void op_ping(sq_conn *c, store_op *op)
@@ -852,6 +1004,7 @@ void sq_op_run(sq_conn *c, store_op *op)
     case OP_GET: op_get(c, op); break;
     case OP_LIST: op_list(c, op); break;
     case OP_PING: op_ping(c, op); break;
+    case OP_LIMIT_USE: op_limit_use(c, op); break;
     case OP_DECIDE:
     case OP_EXPIRE_APPROVALS:
     case OP_APPROVAL_CLAIM:

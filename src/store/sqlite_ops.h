@@ -28,6 +28,12 @@ enum sq_stmt {
     ST_PING,
     ST_RENEW,
     ST_SELECT_ID,
+    ST_LIM_SUM,     /* limits: the use of one limit from a bucket on */
+    ST_LIM_ROWS,    /* ... its buckets from one on, oldest first */
+    ST_LIM_PRUNE,   /* ... its buckets before one, gone */
+    ST_LIM_ADD,     /* ... an amount added to one bucket */
+    ST_LIM_USE,     /* ... its use and oldest bucket holding anything */
+    ST_SET_CHARGES, /* the charges an attempt drew */
     ST_COUNT
 };
 

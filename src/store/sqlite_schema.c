@@ -141,6 +141,32 @@ static const char *const migrations[] = {
      * NULL for decisions taken before: their trail names the decider. */
     ("ALTER TABLE actions ADD COLUMN decided_by TEXT;"
      "ALTER TABLE actions ADD COLUMN decision_note TEXT;"),
+    /* 9: agents and limits (issue 28) — who asked for an action's
+     * current attempt, the charges it drew (JSON [[limit, bucket, amount],
+     * ...], NULL when none), whether it waits for a person because it was
+     * past a limit, the buckets of every limit (limit_use), and who claimed
+     * an event last. An attempt that becomes released or denied gives its
+     * charges back, whichever statement moved it (release, resolve,
+     * reconcile, deny, the expiry of approvals): one trigger says so. */
+    ("ALTER TABLE actions ADD COLUMN agent TEXT;"
+     "ALTER TABLE actions ADD COLUMN charges TEXT;"
+     "ALTER TABLE actions ADD COLUMN waits_for_limit INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE events ADD COLUMN claimed_by TEXT;"
+     "CREATE TABLE limit_use ("
+     "  lim TEXT NOT NULL,"
+     "  bucket INTEGER NOT NULL,"
+     "  used REAL NOT NULL,"
+     "  PRIMARY KEY (lim, bucket)"
+     ") WITHOUT ROWID;"
+     "CREATE TRIGGER actions_give_back AFTER UPDATE OF state ON actions"
+     " WHEN NEW.charges IS NOT NULL AND NEW.state IN ('released','denied') AND OLD.state <> NEW.state"
+     " BEGIN"
+     "  UPDATE limit_use SET used = used - (SELECT total(json_extract(j.value, '$[2]')) FROM json_each(NEW.charges) j"
+     "   WHERE json_extract(j.value, '$[0]') = limit_use.lim AND json_extract(j.value, '$[1]') = limit_use.bucket)"
+     "   WHERE (lim, bucket) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')"
+     "    FROM json_each(NEW.charges));"
+     "  UPDATE actions SET charges = NULL WHERE id = NEW.id;"
+     " END;"),
 };
 
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))

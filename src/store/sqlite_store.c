@@ -458,6 +458,14 @@ static int sqs_approval_oldest(once_store *st, int64_t *created_at)
     return run_read(sq(st), &(store_op){.kind = OP_APPROVAL_OLDEST, .oldest = created_at});
 }
 
+/* The use of one budget: a read like a get. */
+static int sqs_limit_use(once_store *st, const char *limit, int64_t window_ms, int64_t now, double *used,
+                         int64_t *retry_after_ms)
+{
+    return run_read(sq(st), &(store_op){.kind = OP_LIMIT_USE, .now = now, .text = limit, .window_ms = window_ms,
+                                         .used = used, .retry_out = retry_after_ms});
+}
+
 static int sqs_list(once_store *st, const once_list_req *req, int64_t after_id, once_action_list *out)
 {
     return run_read(sq(st), &(store_op){.kind = OP_LIST, .lreq = req, .after_id = after_id, .list = out});
@@ -606,7 +614,7 @@ static const store_vtable sqlite_vtable = {
     /* the writes a read may answer first; the reads; the WAL and the lock */
     .reserve = sqs_reserve, .event_insert = sqs_event_insert,
     .get = sqs_get, .list = sqs_list, .event_get = sqs_event_get, .event_list = sqs_event_list,
-    .approval_oldest = sqs_approval_oldest,
+    .approval_oldest = sqs_approval_oldest, .limit_use = sqs_limit_use,
     .set_wal_limit = sqs_set_wal_limit, .wal_bytes = sqs_wal_bytes, .lock = sqs_lock,
     .close = sqs_close,
 };

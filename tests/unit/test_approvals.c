@@ -759,7 +759,7 @@ static void check_old_rows(once_store *st)
 static void test_migrate_sqlite(void **state)
 {
     th_env *e = *state;
-    assert_int_equal(sqlite_schema_latest(), 8);
+    assert_int_equal(sqlite_schema_latest(), 9);
     once_store_close(e->st);
     e->st = NULL;
     char p[256];
@@ -859,7 +859,7 @@ static void pg_schema_at(th_env *e, int version, const char *rows)
 static void test_migrate_pg(void **state)
 {
     th_env *e = *state;
-    assert_int_equal(pg_schema_latest(), 7);
+    assert_int_equal(pg_schema_latest(), 8);
     pg_schema_at(e, OLD_VERSION, old_rows);
     check_old_rows(e->st);
     char *v = pg_in_schema(e, "SELECT max(version)::text || ',' || (SELECT min(id) FROM actions WHERE key = 'new')"

@@ -423,7 +423,8 @@ static void test_state_names(void **state)
               {ONCE_UNKNOWN, "unknown"},
               {ONCE_HELD, "held"},
               {ONCE_AWAITING_APPROVAL, "awaiting_approval"},
-              {ONCE_DENIED, "denied"}};
+              {ONCE_DENIED, "denied"},
+              {ONCE_OVER_LIMIT, "over_limit"}};
     for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
         const char *name = once_reserve_status_name(rs[i].s);
         assert_non_null(name);
@@ -434,7 +435,7 @@ static void test_state_names(void **state)
     assert_string_equal(once_reserve_status_name(ONCE_RESERVED), "reserved");
     assert_string_equal(once_reserve_status_name(ONCE_COMPLETED), "completed");
     assert_null(once_reserve_status_name((once_reserve_status)0));
-    assert_null(once_reserve_status_name((once_reserve_status)8));
+    assert_null(once_reserve_status_name((once_reserve_status)9));
 }
 
 static int is_lower_hex64(const char *s)
