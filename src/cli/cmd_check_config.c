@@ -32,15 +32,9 @@ static int check_config_file(const char *path)
         config_free(&cfg);
         return CLI_EXIT_USAGE;
     }
-    size_t nmcp = 0;
-    for (size_t i = 0; i < cfg.nupstreams; i++)
-        nmcp += cfg.upstreams[i].mcp != 0;
-    size_t nup = cfg.nupstreams - nmcp;
-    char mcp[48] = "";
-    if (nmcp)
-        snprintf(mcp, sizeof mcp, ", %zu MCP server%s", nmcp, nmcp == 1 ? "" : "s");
-    printf("%s: ok (%zu upstream%s%s, %zu webhook source%s)\n", q != NULL ? q : path, nup, nup == 1 ? "" : "s", mcp,
-           cfg.nsources, cfg.nsources == 1 ? "" : "s");
+    char summary[160];
+    config_summary(&cfg, summary, sizeof summary);
+    printf("%s: ok (%s)\n", q != NULL ? q : path, summary);
     free(q);
     config_free(&cfg);
     return cli_finish_stdout(CLI_EXIT_OK);
@@ -49,7 +43,8 @@ static int check_config_file(const char *path)
 /* What the check does and prints, next to the code that does it. */
 const char cli_check_config_help[] =
     "Loads FILE as 'once serve --config FILE' would, with $ONCE_LISTEN and\n"
-    "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams, M webhook sources)\".\n"
+    "$ONCE_STORE applied, and prints \"FILE: ok (N upstreams, M MCP servers,\n"
+    "K webhook sources, J agent sections)\".\n"
     "On the first problem it prints \"once: FILE:LINE: what was wrong\" and exits 1;\n"
     "a listen address off loopback without a tokens_file is such a problem.\n"
     "Nothing is opened but FILE and the files its keys name.\n";

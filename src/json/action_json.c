@@ -193,10 +193,17 @@ int action_json_from(const once_action *a, json_t **out)
     /* approved_at: when a human approved it (null: not approved);
      * decided_by, decision_note: who approved or denied it and their note
      * (null: undecided, nobody decided in time, or no note). */
-    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                            "s:I, s:o, s:o}",
+    /* agent: who asked for the current attempt (null: nobody named);
+     * waits_for: why a row awaits a person, "approval" (a rule) or "limit"
+     * (over_limit = approve), null in the other states. */
+    const char *waits = a->state != ONCE_STATE_AWAITING_APPROVAL ? NULL
+                        : a->waits_for_limit                     ? "limit"
+                                                                 : "approval";
+    json_t *obj = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+                            "s:o, s:I, s:o, s:o}",
                             "scope", json_new_text(a->scope), "key", json_new_text(a->key), "state", state,
-                            "attempt", (json_int_t)a->attempt, "created_at", json_new_time(a->created_at),
+                            "attempt", (json_int_t)a->attempt, "agent", json_new_text(a->agent), "waits_for",
+                            json_new_text(waits), "created_at", json_new_time(a->created_at),
                             "updated_at", json_new_time(a->updated_at), "lease_expires_at",
                             json_new_time(a->lease_expires_at), "expires_at", json_new_time(a->expires_at),
                             "approved_at", json_new_time(a->approved_at), "decided_by",

@@ -44,6 +44,8 @@ int event_json_from(const once_event *e, int with_receipt, json_t **out)
     int rc = obj != NULL ? json_put_body(obj, e->body, e->body_len) : ONCE_ENOMEM;
     if (rc == ONCE_OK)
         rc = json_put(obj, "error", json_new_text(e->error));
+    if (rc == ONCE_OK)
+        rc = json_put(obj, "claimed_by", json_new_text(e->claimed_by));
     if (rc == ONCE_OK && with_receipt)
         rc = json_put(obj, "receipt", json_new_receipt(e));
     if (rc != ONCE_OK) {

@@ -117,8 +117,8 @@ static int64_t loop_round(void *arg, looper_phase phase, looper_item *posted)
 
 int server_routes(router *rt)
 {
-    const route *const tables[] = {ops_routes,    proxy_routes,  actions_routes, hooks_routes,
-                                   events_routes, console_routes, mcp_routes};
+    const route *const tables[] = {ops_routes,    proxy_routes,   actions_routes, hooks_routes,
+                                   events_routes, console_routes, mcp_routes,     agents_routes};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (router_add(rt, tables[i]) < 0)
             return -1;
@@ -311,8 +311,9 @@ int server_run(once_config *cfg)
         log_event("error", "cannot start the background loop");
         goto out;
     }
-    log_event("info", "once %s serving with store %s, %zu upstream(s), %zu webhook source(s)", ONCE_VERSION,
-              store_shown, cfg->nupstreams, cfg->nsources);
+    char summary[160];
+    config_summary(cfg, summary, sizeof summary);
+    log_event("info", "once %s serving with store %s: %s", ONCE_VERSION, store_shown, summary);
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -294,3 +294,39 @@ def test_closed_agents_need_a_section_for_every_agent_token(tmp_path):
     r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "once.ini")], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode != 0 and "free" in r.stderr and "agents = closed" in r.stderr, r.stderr
+
+
+def test_check_config_and_serve_count_in_the_same_words(tmp_path, world):
+    """One wording everywhere (issue 33): check-config's summary is serve's first log line's."""
+    g, _, _, _ = world
+    r = subprocess.run([str(once_bin()), "check-config", str(g.config_path)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    summary = "2 upstreams, 1 MCP server, 2 webhook sources, 2 agent sections"
+    assert r.stdout.strip().endswith(f": ok ({summary})"), r.stdout
+    assert f": {summary}" in g.stderr(), g.stderr()[-2000:]
+
+
+def test_the_worked_example_of_docs_agents_md_loads(tmp_path):
+    """docs/agents.md's support bot, taken from the Markdown (its last ini block), passes
+    check-config with the files it names."""
+    require_serve()
+    import re
+    from gateway import REPO_ROOT
+    text = (REPO_ROOT / "docs" / "agents.md").read_text()
+    block = re.findall(r"```ini\n(.*?)```", text, re.S)[-1]
+    (tmp_path / "once.ini").write_text(block)
+    for name, body in [("tokens", f"sha256:{'0' * 64} agent support\nsha256:{'1' * 64} operator alice\n"),
+                       ("mail.header", "Authorization: Bearer x\n"), ("stripe.header", "Authorization: Bearer y\n"),
+                       ("zendesk.secret", "s3cret\n")]:
+        (tmp_path / name).write_text(body)
+        (tmp_path / name).chmod(0o600)
+    r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "once.ini")], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "1 agent section" in r.stdout, r.stdout
+    # agents = closed: a token of an agent without a section is named.
+    (tmp_path / "tokens").write_text(f"sha256:{'0' * 64} agent support\nsha256:{'2' * 64} agent coder\n")
+    r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "once.ini")], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "'coder'" in r.stderr, r.stderr

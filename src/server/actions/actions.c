@@ -13,9 +13,14 @@
 #include "server/actions/actions.h"
 #include "server/jobs/approvals.h"
 #include "server/core/grants.h"
+#include "server/core/limits.h"
 #include "server/core/services.h"
 #include "server/front/req.h"
 #include "server/core/worker.h"
+
+/* over_limit = approve on the actions API: how long a person has to decide
+ * (an upstream's or MCP server's approve_ttl otherwise). */
+#define ACTIONS_OVER_LIMIT_TTL_MS (24LL * 3600 * 1000)
 
 #define RESULT_HEADERS "[[\"Content-Type\",\"application/json\"]]"
 
@@ -27,6 +32,7 @@ typedef struct act {
     char token[ONCE_TOKEN_LEN + 1];
     once_reserve_req rreq;
     once_reservation res;
+    limits_draw draw;   /* what rreq draws from the agent's limits (rreq points into it) */
     char *request_text;
     char *result_text;
     once_response resp;
@@ -38,6 +44,7 @@ typedef struct act {
     int64_t lease_until; /* renew: the new deadline */
     once_list_req lreq; /* GET /v1/actions; its strings point into the two below */
     char lscope[ONCE_SCOPE_MAX + 2];
+    char lagent[ONCE_AGENT_MAX + 2];
     char after[ONCE_CURSOR_MAX];
 } act;
 
@@ -274,6 +281,15 @@ static void reserve_answer(act *a)
         req_json(r, 202, json_pack("{s:s, s:s, s:s, s:b}", "state", "awaiting_approval", "scope", a->scope, "key",
                                    a->key, "approved", res->action.approved_at > 0));
         return;
+    case ONCE_OVER_LIMIT: {
+        problem p;
+        char retry[24];
+        limits_refusal(&a->draw, res, &p, retry);
+        if (retry[0])
+            req_set_header(r, "Retry-After", retry);
+        req_problem_from(r, &p);
+        return;
+    }
     case ONCE_DENIED:
         metrics_action(m, a->scope, MO_DENIED);
         req_problem(r, 403, "denied", "Denied",
@@ -374,6 +390,12 @@ static void actions_reserve(req *r)
                                  .retention_ms = r->srv->cfg->retention_ms,
                                  .request = (const uint8_t *)a->request_text,
                                  .request_len = a->request_text ? strlen(a->request_text) : 0};
+    limits_req lq = {.kind = GRANT_ACTIONS, .what = a->scope, .body = a->body};
+    problem p;
+    if (limits_apply(r->srv->cfg, r->who, &lq, ACTIONS_OVER_LIMIT_TTL_MS, &a->draw, &a->rreq, &p) < 0) {
+        req_problem_from(r, &p);
+        return;
+    }
     int rc = once_reserve_async(r->srv->store, &a->rreq, &a->res, on_reserved, a);
     if (rc == 1)
         reserve_answer(a);
@@ -514,7 +536,7 @@ static void list_job(void *arg)
     once_action_list_free(&l);
 }
 
-/* GET /v1/actions?status=&scope=&limit=&after= */
+/* GET /v1/actions?status=&scope=&agent=&limit=&after= */
 static void actions_list(req *r)
 {
     act *a = act_new(r);
@@ -523,9 +545,10 @@ static void actions_list(req *r)
     const char *query = r->match.query;
     char status[32];
     once_list_req lr = {0};
-    int hs, hsc;
+    int hs, hsc, hag;
     if ((hs = req_query_param(r, query, "status", status, sizeof status)) < 0 ||
         (hsc = req_query_param(r, query, "scope", a->lscope, sizeof a->lscope)) < 0 ||
+        (hag = req_query_param(r, query, "agent", a->lagent, sizeof a->lagent)) < 0 ||
         req_query_page(r, query, &lr.limit, a->after, sizeof a->after, &lr.cursor) < 0)
         return;
     if (hs && once_state_parse(status, &lr.state) < 0) {
@@ -543,6 +566,13 @@ static void actions_list(req *r)
         return;
     if (hsc)
         lr.scope = a->lscope;
+    if (hag && once_scope_validate(a->lagent) < 0) {
+        req_problem(r, 400, "invalid_request", "Invalid request", NULL,
+                    "agent: a name is 1-64 characters of A-Z a-z 0-9 . _ -");
+        return;
+    }
+    if (hag)
+        lr.agent = a->lagent;
     a->lreq = lr;
     if (worker_run(r->srv->worker, list_job, a) < 0)
         req_not_started(r, "out of memory");

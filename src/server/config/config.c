@@ -135,6 +135,27 @@ void config_free(once_config *cfg)
     memset(cfg, 0, sizeof *cfg);
 }
 
+/* "N upstream(s)" with the plural spelled out. */
+static size_t config_count_of(char *out, size_t cap, size_t n, const char *noun, const char *sep)
+{
+    int w = snprintf(out, cap, "%s%zu %s%s", sep, n, noun, n == 1 ? "" : "s");
+    return w < 0 ? 0 : (size_t)w < cap ? (size_t)w : cap - 1;
+}
+
+void config_summary(const once_config *cfg, char *out, size_t cap)
+{
+    size_t nmcp = 0, at = 0;
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        nmcp += cfg->upstreams[i].mcp != 0;
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    at += config_count_of(out + at, cap - at, cfg->nupstreams - nmcp, "upstream", "");
+    at += config_count_of(out + at, cap - at, nmcp, "MCP server", ", ");
+    at += config_count_of(out + at, cap - at, cfg->nsources, "webhook source", ", ");
+    config_count_of(out + at, cap - at, cfg->nagents, "agent section", ", ");
+}
+
 const upstream_cfg *config_upstream(const once_config *cfg, const char *name)
 {
     for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->nupstreams; i++) {

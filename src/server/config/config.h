@@ -70,6 +70,8 @@ typedef struct upstream_cfg {
     int64_t approve_ttl_ms;     /* approve_ttl = 24h: undecided after this, denied */
     int path_grants;            /* an [agent.NAME] allow or limit line has a path rule about this upstream
                                    (set by the loader): its paths must read one way (target_ambiguous) */
+    int limit_approvals;        /* an agent with over_limit = approve has a limit on it (set by the loader):
+                                   its actions may wait for a person, so the approvals job claims them */
 
     /* [mcp.NAME] (docs/mcp.md): an MCP server in the same namespace; its
      * approve holds tool names, and url is NULL for a stdio server. */
@@ -140,7 +142,8 @@ typedef struct agent_grant {
 
 /* limit = TARGET[: RULE] [sum({json:/pointer})] N/WINDOW */
 typedef struct agent_limit {
-    char *text;        /* as written: names the limit in answers, logs, metrics and the ledger */
+    char *text;        /* as written: names the limit in answers, logs and metrics */
+    char *ledger_id;   /* "AGENT\nTEXT": the budget's identity in the ledger (once_limit_charge.limit) */
     grant_kind kind;   /* an upstream, an MCP server or actions (hooks have none) */
     char *target;      /* as in agent_grant */
     char *rule;        /* "METHOD PATTERN", a tool or a scope pattern; NULL: all of the target */
@@ -204,6 +207,10 @@ int config_load(const char *path, once_config *cfg, char *err, size_t errlen);
  * fuzzer. */
 int config_load_buffer(const char *text, size_t len, const char *path, once_config *cfg, char *err,
                        size_t errlen);
+
+/* What a config holds, in the one wording check-config and serve's log
+ * use: "1 upstream, 0 MCP servers, 2 webhook sources, 1 agent section". */
+void config_summary(const once_config *cfg, char *out, size_t cap);
 
 /* Frees what cfg owns and zeroes it. */
 void config_free(once_config *cfg);

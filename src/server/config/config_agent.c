@@ -188,6 +188,7 @@ static int config_limit_head(config_ctx *c, const char *s, size_t n, agent_limit
 static void config_limit_clear(agent_limit *l)
 {
     free(l->text);
+    free(l->ledger_id);
     free(l->target);
     free(l->rule);
     free(l->sum);
@@ -221,6 +222,8 @@ static int config_limit(config_ctx *c, const config_key *k, void *field, const c
     }
     if (rc == 0)
         rc = n == 0 ? config_fail_value(c, ": no target") : config_limit_head(c, v, n, &l);
+    if (rc == 0 && a->nlimits == ONCE_LIMIT_CHARGES_MAX)
+        rc = config_fail(c, "%s: at most %d limits per agent", c->key, ONCE_LIMIT_CHARGES_MAX);
     agent_limit *more = rc == 0 ? config_agent_grow(c, a->limits, a->nlimits, sizeof *a->limits) : NULL;
     if (more == NULL) {
         config_limit_clear(&l);
@@ -313,6 +316,12 @@ static int config_agent_finish(config_ctx *c, size_t i)
             return config_fail_at(c, lim->line, "[agent.%s]: limit '%s': no allow line grants its target",
                                   a->name, lim->text);
         config_mark_path_rule(c, lim->kind, lim->target, lim->rule);
+        for (size_t u = 0; a->over_limit_approve && lim->target != NULL && u < c->cfg->nupstreams; u++)
+            c->cfg->upstreams[u].limit_approvals |= strcmp(c->cfg->upstreams[u].name, lim->target) == 0;
+        if (asprintf(&a->limits[l].ledger_id, "%s\n%s", a->name, lim->text) < 0) {
+            a->limits[l].ledger_id = NULL;
+            return config_fail_oom(c);
+        }
     }
     if (a->over_limit_approve && a->nlimits == 0)
         return config_fail_at(c, config_line(c, CONFIG_AGENT, i, "over_limit"),

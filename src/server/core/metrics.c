@@ -58,10 +58,16 @@ static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "de
 
 #define MAX_MCP_SERIES 512
 
+/* A counter of a family with up to three labels of bounded values: MCP
+ * calls (server, tool, outcome), an agent's actions (agent, outcome) and
+ * refusals (agent, code). */
+typedef enum series_family { SF_MCP, SF_AGENT_ACTIONS, SF_REFUSALS } series_family;
+
 typedef struct mcp_series {
-    char server[65];
-    char tool[129];
-    const char *outcome; /* a string literal of mcp_call.c's */
+    series_family family;
+    char server[65];     /* the MCP server, or the agent */
+    char tool[129];      /* the tool; "" for the agent families */
+    const char *outcome; /* a string literal of the gateway's: an outcome or a problem code */
     unsigned long long n;
 } mcp_series;
 
@@ -166,29 +172,33 @@ void metrics_action(metrics *m, const char *scope, metric_outcome o)
 }
 
 /* Caller holds m->mu. The series, or NULL. */
-static mcp_series *mcp_find(metrics *m, const char *server, const char *tool, const char *outcome)
+static mcp_series *mcp_find(metrics *m, series_family f, const char *server, const char *tool, const char *outcome)
 {
     for (size_t i = 0; i < m->nmcp; i++) {
         mcp_series *s = &m->mcp[i];
-        if (strcmp(s->outcome, outcome) == 0 && strcmp(s->tool, tool) == 0 && strcmp(s->server, server) == 0)
+        if (s->family == f && strcmp(s->outcome, outcome) == 0 && strcmp(s->tool, tool) == 0 &&
+            strcmp(s->server, server) == 0)
             return s;
     }
     return NULL;
 }
 
-void metrics_mcp_call(metrics *m, const char *server, const char *tool, const char *outcome)
+/* One more of a series, made on first use. */
+static void series_count(metrics *m, series_family f, const char *server, const char *tool, const char *outcome)
 {
     if (!m)
         return;
     pthread_mutex_lock(&m->mu);
-    mcp_series *s = mcp_find(m, server, tool, outcome);
+    mcp_series *s = mcp_find(m, f, server, tool, outcome);
     /* The last series are kept for "_other", so it always has room. */
     if (!s && m->nmcp >= MAX_MCP_SERIES - 64) {
-        tool = OTHER_SCOPE;
-        s = mcp_find(m, server, tool, outcome);
+        tool = f == SF_MCP ? OTHER_SCOPE : "";
+        server = f == SF_MCP ? server : OTHER_SCOPE;
+        s = mcp_find(m, f, server, tool, outcome);
     }
     if (!s && m->nmcp < MAX_MCP_SERIES && (m->mcp || (m->mcp = calloc(MAX_MCP_SERIES, sizeof *m->mcp)))) {
         s = &m->mcp[m->nmcp++];
+        s->family = f;
         snprintf(s->server, sizeof s->server, "%s", server);
         snprintf(s->tool, sizeof s->tool, "%s", tool);
         s->outcome = outcome;
@@ -196,6 +206,21 @@ void metrics_mcp_call(metrics *m, const char *server, const char *tool, const ch
     if (s)
         s->n++;
     pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_mcp_call(metrics *m, const char *server, const char *tool, const char *outcome)
+{
+    series_count(m, SF_MCP, server, tool, outcome);
+}
+
+void metrics_agent_action(metrics *m, const char *agent, const char *outcome)
+{
+    series_count(m, SF_AGENT_ACTIONS, agent, "", outcome);
+}
+
+void metrics_refusal(metrics *m, const char *agent, const char *code)
+{
+    series_count(m, SF_REFUSALS, agent, "", code);
 }
 
 void metrics_upstream(metrics *m, const char *scope, double seconds)
@@ -393,8 +418,21 @@ int metrics_render(metrics *m, buf *b)
     rc |= out(b, "# HELP once_mcp_calls_total MCP tool calls by server, tool and outcome.\n"
                  "# TYPE once_mcp_calls_total counter\n");
     for (size_t i = 0; i < m->nmcp; i++)
-        rc |= out(b, "once_mcp_calls_total{server=\"%s\",tool=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
-                  m->mcp[i].tool, m->mcp[i].outcome, m->mcp[i].n);
+        if (m->mcp[i].family == SF_MCP)
+            rc |= out(b, "once_mcp_calls_total{server=\"%s\",tool=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
+                      m->mcp[i].tool, m->mcp[i].outcome, m->mcp[i].n);
+    rc |= out(b, "# HELP once_agent_actions_total Answers about actions, by the agent that asked and outcome.\n"
+                 "# TYPE once_agent_actions_total counter\n");
+    for (size_t i = 0; i < m->nmcp; i++)
+        if (m->mcp[i].family == SF_AGENT_ACTIONS)
+            rc |= out(b, "once_agent_actions_total{agent=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
+                      m->mcp[i].outcome, m->mcp[i].n);
+    rc |= out(b, "# HELP once_refusals_total Problem answers, by the agent that asked and code.\n"
+                 "# TYPE once_refusals_total counter\n");
+    for (size_t i = 0; i < m->nmcp; i++)
+        if (m->mcp[i].family == SF_REFUSALS)
+            rc |= out(b, "once_refusals_total{agent=\"%s\",code=\"%s\"} %llu\n", m->mcp[i].server,
+                      m->mcp[i].outcome, m->mcp[i].n);
     rc |= out(b, "# HELP once_webhook_ack_seconds From a webhook's arrival to its durable acknowledgement.\n"
                  "# TYPE once_webhook_ack_seconds histogram\n");
     rc |= render_hist(b, "once_webhook_ack_seconds", "", &m->webhook_ack, seconds_buckets, NSEC);

@@ -61,6 +61,13 @@ void metrics_webhook_ack(metrics *m, double seconds);
  * series, tools count as "_other": agents name the tools. */
 void metrics_mcp_call(metrics *m, const char *server, const char *tool, const char *outcome);
 
+/* An answer about an action (outcome: replayed, completed, ... as the
+ * request log says it) to a request of agent (a token's name, from the
+ * config: bounded). */
+void metrics_agent_action(metrics *m, const char *agent, const char *outcome);
+/* A problem answer (code: a fixed string of the gateway's) to agent. */
+void metrics_refusal(metrics *m, const char *agent, const char *code);
+
 /* Appends the whole registry to out. 0 or -1 (out of memory). */
 int metrics_render(metrics *m, buf *out);
 

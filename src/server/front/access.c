@@ -74,10 +74,11 @@ int access_check(const once_config *cfg, access_level need, const char *authoriz
     const auth_token *t = access_token(cfg, authorization);
     if (!t)
         return access_unauthorized(p);
+    /* Known from here on, refused or not: the log and the metrics name it. */
+    *who = t;
     if (need == ACCESS_OPERATOR && t->role != ROLE_OPERATOR)
         return problem_set(p, 403, "forbidden", "Forbidden",
                            "this is an operator's decision; the token '%s' is an agent's", t->name);
-    *who = t;
     return 0;
 }
 

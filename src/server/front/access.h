@@ -20,7 +20,8 @@ typedef enum access_level {
 /* Decides a request's right to a route of level need from its
  * Authorization header (may be NULL). 0 and *who (the token, NULL when none
  * was needed or none is configured), or -1 with p: 401 unauthorized (a
- * challenge header set) or 403 forbidden. */
+ * challenge header set) or 403 forbidden (*who then names the token that
+ * was refused, for the log and the metrics). */
 int access_check(const once_config *cfg, access_level need, const char *authorization, const auth_token **who,
                  problem *p);
 

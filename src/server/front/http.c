@@ -81,6 +81,8 @@ static enum MHD_Result send_ready(req *r)
     enum MHD_Result ok = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     metrics_http(r->srv->metrics, status);
+    if (r->who && r->outcome)
+        metrics_agent_action(r->srv->metrics, r->who->name, r->outcome);
     log_request(r->method, r->route, r->who ? r->who->name : NULL, r->scope[0] ? r->scope : NULL,
                 r->key_hash[0] ? r->key_hash : NULL, status, r->outcome, r->upstream_ms,
                 (clock_mono_seconds() - r->t0) * 1e3);

@@ -171,6 +171,8 @@ void req_problem(req *r, unsigned status, const char *code, const char *title, j
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
+    if (r->who)
+        metrics_refusal(r->srv->metrics, r->who->name, code);
     req_reply(r, status, problem_response(status, code, title, extra, detail));
 }
 
@@ -182,6 +184,8 @@ void req_problem_from(req *r, const problem *p)
         if (strcmp(p->header, "Allow") == 0)
             extra = json_pack("{s:s}", "allow", p->header_value);
     }
+    if (r->who)
+        metrics_refusal(r->srv->metrics, r->who->name, p->code);
     req_reply(r, p->status, problem_response(p->status, p->code, p->title, extra, p->detail));
 }
 

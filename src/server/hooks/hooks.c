@@ -331,7 +331,8 @@ static void inbox_claim(inbox *ib)
 {
     req *r = ib->r;
     once_event_list l;
-    int rc = once_event_claim(r->srv->store, ib->src->cfg->name, ib->max, ib->lease_ms, &l);
+    int rc = once_event_claim_as(r->srv->store, ib->src->cfg->name, r->who ? r->who->name : NULL, ib->max,
+                                 ib->lease_ms, &l);
     if (rc < 0) {
         req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "%s", once_errdetail());
         return;

@@ -101,10 +101,11 @@ static void send_start(looper_job *job, const upstream_cfg *up, once_reservation
 }
 
 /* Whether an upstream's actions may wait for a human (it has approve
- * rules): only those are ever approved, so only they are claimed. */
+ * rules, or an agent's limit on it waits for one when used up): only those
+ * are ever approved, so only they are claimed. */
 static int has_approvals(const upstream_cfg *up)
 {
-    return up->napprove > 0 || up->approve_destructive;
+    return up->napprove > 0 || up->approve_destructive || up->limit_approvals;
 }
 
 /* A running round: takes up to CLAIM_MAX approved actions of each upstream

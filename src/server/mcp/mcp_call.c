@@ -22,6 +22,7 @@
 #include "common/fault.h"
 #include "common/sse.h"
 #include "server/core/grants.h"
+#include "server/core/limits.h"
 #include "server/core/upstream_call.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
@@ -38,6 +39,7 @@
 
 typedef struct mcall {
     rcall c;             /* first: the pipeline's part (pipeline/rcall.h) */
+    limits_draw draw;    /* what the reservation draws from the agent's limits (rreq points into it) */
     mcp_rt *rt;
     json_t *msg;         /* the agent's tools/call */
     json_t *id;          /* its id (msg's) */
@@ -246,6 +248,13 @@ static void mcall_existing(rcall *c)
         answer_own(mc, "denied", "A person did not approve this tool call (%s); it was not run and will not be.",
                    c->res.action.note ? c->res.action.note : "no note");
         break;
+    case ONCE_OVER_LIMIT: {
+        problem p;
+        char retry[24];
+        limits_refusal(&mc->draw, &c->res, &p, retry);
+        answer_own(mc, "limit_exceeded", "%s. The tool call was not run.", p.detail);
+        break;
+    }
     default: answer_error(mc, -32603, "unexpected reservation status %d", (int)c->res.status);
     }
 }
@@ -632,12 +641,17 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
         return;
     }
     int approval = mcp_tool_needs_approval(rt->up, rt->tools, tool);
-    mc->c.rreq = (once_reserve_req){
-        .scope = rt->up->name,
-        .lease_ms = rt->up->lease_ms,
-        .retention_ms = rt->up->retention_ms,
-        .approval_ttl_ms = approval ? rt->up->approve_ttl_ms : 0,
-    };
+    limits_req lq = {.kind = GRANT_MCP, .target = rt->up->name, .what = tool, .body = params};
+    problem p;
+    if (limits_apply(r->srv->cfg, r->who, &lq, rt->up->approve_ttl_ms, &mc->draw, &mc->c.rreq, &p) < 0) {
+        answer_error(mc, -32602, "%s", p.detail);
+        return;
+    }
+    /* Who asks and what it draws are set already (limits_apply). */
+    mc->c.rreq.scope = rt->up->name;
+    mc->c.rreq.lease_ms = rt->up->lease_ms;
+    mc->c.rreq.retention_ms = rt->up->retention_ms;
+    mc->c.rreq.approval_ttl_ms = approval ? rt->up->approve_ttl_ms : 0;
     mc->c.wait_deadline = rt->up->wait_ms ? clock_mono_ms() + rt->up->wait_ms : 0;
     rcall_start(&mc->c);
 }

@@ -1,7 +1,8 @@
 /*
  * ops.c — the operations routes: /healthz (the process answers), /readyz
  * (the store takes a write, and every room that registered a readiness
- * check says ready) and /metrics (Prometheus text).
+ * check says ready) and /metrics (Prometheus text, with each agent limit's
+ * use read from the store, so it is built on a worker).
  */
 #include <stdio.h>
 
@@ -10,6 +11,7 @@
 #include "server/ops/ops.h"
 #include "server/front/lot.h"
 #include "server/core/services.h"
+#include "server/core/worker.h"
 #include "server/front/req.h"
 
 static void ops_healthz(req *r)
@@ -43,8 +45,48 @@ static void ops_readyz(req *r)
     req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "the store does not answer (see the log)");
 }
 
-static void ops_metrics(req *r)
+/* A Prometheus label value: '\\', '"' and newlines escaped. */
+static void ops_label(buf *b, const char *v)
 {
+    for (; *v; v++) {
+        const char *e = *v == '\\' ? "\\\\" : *v == '"' ? "\\\"" : *v == '\n' ? "\\n" : NULL;
+        if (e)
+            buf_append_str(b, e, (size_t)1 << 30);
+        else
+            buf_append(b, (const uint8_t *)v, 1, (size_t)1 << 30);
+    }
+}
+
+/* once_limit_used: each agent limit's use now, read from the store (so
+ * across every node), on the worker this route runs on. */
+static void ops_limits(req *r, buf *b)
+{
+    const once_config *cfg = r->srv->cfg;
+    buf_append_str(b,
+                   "# HELP once_limit_used What each agent limit's window holds now (count or sum).\n"
+                   "# TYPE once_limit_used gauge\n",
+                   (size_t)1 << 30);
+    for (size_t i = 0; i < cfg->nagents; i++) {
+        for (size_t l = 0; l < cfg->agents[i].nlimits; l++) {
+            const agent_limit *lim = &cfg->agents[i].limits[l];
+            double used;
+            int64_t retry;
+            if (once_limit_use(r->srv->store, lim->ledger_id, lim->window_ms, &used, &retry) != ONCE_OK)
+                continue;
+            char num[64];
+            buf_append_str(b, "once_limit_used{agent=\"", (size_t)1 << 30);
+            ops_label(b, cfg->agents[i].name);
+            buf_append_str(b, "\",limit=\"", (size_t)1 << 30);
+            ops_label(b, lim->text);
+            snprintf(num, sizeof num, "\"} %.17g\n", used);
+            buf_append_str(b, num, (size_t)1 << 30);
+        }
+    }
+}
+
+static void ops_metrics_job(void *arg)
+{
+    req *r = arg;
     buf b = {0};
     if (metrics_render(r->srv->metrics, &b) < 0) {
         buf_free(&b);
@@ -70,9 +112,17 @@ static void ops_metrics(req *r)
                  (long long)wal);
         buf_append_str(&b, extra, (size_t)1 << 30);
     }
+    ops_limits(r, &b);
     struct MHD_Response *resp = resp_bytes(b.data, b.len, "text/plain; version=0.0.4");
     buf_free(&b);
     req_reply(r, 200, resp);
+}
+
+/* On a worker: the limits' use is read from the store. */
+static void ops_metrics(req *r)
+{
+    if (worker_run(r->srv->worker, ops_metrics_job, r) < 0)
+        req_not_started(r, "the worker queue refused it");
 }
 
 const route ops_routes[] = {

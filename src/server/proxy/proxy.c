@@ -27,6 +27,7 @@
 #include "json/action_json.h"
 #include "server/core/grants.h"
 #include "server/core/leases.h"
+#include "server/core/limits.h"
 #include "server/core/log.h"
 #include "common/pct.h"
 #include "server/front/relay.h"
@@ -43,6 +44,7 @@
 
 typedef struct proxy {
     rcall c;             /* first: the pipeline's part (pipeline/rcall.h) */
+    limits_draw draw;    /* what the reservation draws from the agent's limits (rreq points into it) */
     char *url;
     out_headers headers; /* to forward: the client's first */
     size_t nclient;      /* how many of headers are the client's */
@@ -265,6 +267,18 @@ static void reply_denied(proxy *px)
                 "this request was not approved (%s); it is not sent", note[0] ? note : "no note");
 }
 
+/* 429 limit_exceeded: nothing was stored or sent (core/limits.h). */
+static void reply_over_limit(proxy *px)
+{
+    problem p;
+    char retry[24];
+    limits_refusal(&px->draw, &px->c.res, &p, retry);
+    if (retry[0])
+        req_set_header(px->c.r, "Retry-After", retry);
+    px->c.r->outcome = "limit_exceeded";
+    req_problem_from(px->c.r, &p);
+}
+
 /* Answers from an existing row (anything but RESERVED; the pipeline has
  * waited where Prefer: wait asked it to). */
 static void proxy_existing(rcall *c)
@@ -277,6 +291,7 @@ static void proxy_existing(rcall *c)
     case ONCE_HELD: reply_unknown(px, c->res.status); break;
     case ONCE_AWAITING_APPROVAL: reply_awaiting(px); break;
     case ONCE_DENIED: reply_denied(px); break;
+    case ONCE_OVER_LIMIT: reply_over_limit(px); break;
     default:
         req_problem(c->r, 500, "internal", "Internal error", NULL, "unexpected reservation status %d",
                     (int)c->res.status);
@@ -601,6 +616,34 @@ static const char *tpl_path(void *ctx, size_t n)
     return NULL;
 }
 
+
+/* The agent's limits this request draws (core/limits.h), onto the
+ * reservation: a request they count needs a key, since what is not
+ * recorded cannot be counted (nor given back). 0, or answered and -1. */
+static int proxy_limits(proxy *px, const char *key)
+{
+    req *r = px->c.r;
+    const upstream_cfg *up = px->c.up;
+    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    limits_req q = {.kind = GRANT_UPSTREAM, .target = up->name, .method = r->method, .what = px->target};
+    if (limits_need_body(ag, GRANT_UPSTREAM, up->name))
+        q.body = json_loadb((const char *)r->body.data, r->body.len, 0, NULL);
+    problem p;
+    int rc = limits_apply(r->srv->cfg, r->who, &q, up->approve_ttl_ms, &px->draw, &px->c.rreq, &p);
+    json_decref(q.body);
+    if (rc < 0) {
+        req_problem_from(r, &p);
+        return -1;
+    }
+    if (px->draw.n > 0 && !key) {
+        req_problem(r, 400, "key_required", "Idempotency-Key required", NULL,
+                    "%s on '%s' counts against a limit of agent '%s', which needs an Idempotency-Key", r->method,
+                    up->name, ag->name);
+        return -1;
+    }
+    return 0;
+}
+
 /* The key from the upstream's template. 0; or answered (400) and -1. */
 static int key_from_template(proxy *px)
 {
@@ -687,6 +730,8 @@ static void proxy_handle(req *r)
         return;
     }
 
+    if (proxy_limits(px, key) < 0)
+        return;
     if (!key) {
         forward(px, on_pass_done);
         return;
@@ -695,13 +740,12 @@ static void proxy_handle(req *r)
         req_problem(r, 500, "internal", "Internal error", NULL, "cannot fingerprint the request");
         return;
     }
-    px->c.rreq = (once_reserve_req){
-        .scope = up->name,
-        .lease_ms = up->lease_ms,
-        .retention_ms = up->retention_ms,
-        .retry_unknown = up->forward_key_as != NULL,
-        .approval_ttl_ms = approval ? up->approve_ttl_ms : 0,
-    };
+    /* Who asks and what it draws are set already (proxy_limits). */
+    px->c.rreq.scope = up->name;
+    px->c.rreq.lease_ms = up->lease_ms;
+    px->c.rreq.retention_ms = up->retention_ms;
+    px->c.rreq.retry_unknown = up->forward_key_as != NULL;
+    px->c.rreq.approval_ttl_ms = approval ? up->approve_ttl_ms : 0;
     int64_t wait = rcall_prefer_wait(req_header(r, "Prefer"));
     px->c.wait_deadline = wait ? clock_mono_ms() + wait : 0;
     rcall_start(&px->c);
