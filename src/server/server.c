@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/looper.h"
 #include "server/actions/actions.h"
+#include "server/core/access_set.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
 #include "server/core/services.h"
@@ -200,6 +201,7 @@ int server_run(once_config *cfg)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP); /* a reload of tokens and agents (ops/reload.c) */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
@@ -221,7 +223,8 @@ int server_run(once_config *cfg)
         nl += cfg->upstreams[i].listen != NULL;
     listeners = calloc(nl, sizeof *listeners);
     daemons = calloc(nl, sizeof *daemons);
-    if (!listeners || !daemons || server_wire(&srv, &routes) < 0) {
+    srv.config_text = cfg->path ? reload_read_text(cfg->path) : NULL;
+    if (!listeners || !daemons || access_sets_init(&srv.access, cfg) < 0 || server_wire(&srv, &routes) < 0) {
         log_event("error", "out of memory");
         goto out;
     }
@@ -316,7 +319,8 @@ int server_run(once_config *cfg)
     log_event("info", "once %s serving with store %s: %s", ONCE_VERSION, store_shown, summary);
 
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
+        ops_reload(&srv);
     log_event("info", "signal %d: draining (grace %lld ms)", sig, (long long)cfg->grace_ms);
     status = 0;
 
@@ -364,6 +368,8 @@ out:
         http_listener_close(&listeners[i]);
     free(listeners);
     guard_free(srv.guard);
+    access_sets_free(srv.access); /* every request has ended: none holds a generation */
+    free(srv.config_text);
     curl_global_cleanup();
     free(lp.lookup_scopes);
     lot_close(&parking);

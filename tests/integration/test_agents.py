@@ -330,3 +330,66 @@ def test_the_worked_example_of_docs_agents_md_loads(tmp_path):
     r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "once.ini")], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode != 0 and "'coder'" in r.stderr, r.stderr
+
+
+# ---- reload (SIGHUP) ---------------------------------------------------------------------------
+
+def wait_log(g, text, count=1, timeout=15):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if g.stderr().count(text) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} x {text!r} in the log:\n{g.stderr()[-3000:]}")
+
+
+def test_sighup_adds_revokes_and_survives_a_broken_file(tmp_path):
+    import os
+    import signal
+    require_serve()
+    demo = Provider()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{SUPPORT} agent support\n{OPERATOR} operator ops\n")
+    tokens.chmod(0o600)
+    agents = {"agent.support": {"allow": "demo: POST /charges*"}}
+    g = AgentGateway(tmp_path / "gw", agents, sources={}, upstreams={"demo": {"url": demo.url}},
+                     server={"tokens_file": str(tokens)})
+    g.start()
+    try:
+        assert proxy(g, SUPPORT, "POST", "demo", "/charges", json={}).status_code == 200
+        refused(proxy(g, SUPPORT, "POST", "demo", "/refunds", json={}))
+        assert proxy(g, CODER, "POST", "demo", "/charges", json={}).status_code == 401
+        # Add an agent and widen support's grant.
+        tokens.write_text(f"{SUPPORT} agent support\n{CODER} agent coder\n{OPERATOR} operator ops\n")
+        g.extra = {"agent.support": {"allow": "demo: POST /charges*, POST /refunds"}}
+        g.write_config()
+        os.kill(g.proc.pid, signal.SIGHUP)
+        wait_log(g, "reload: 3 token(s) and 1 agent section(s)")
+        assert proxy(g, CODER, "POST", "demo", "/anything", json={}).status_code == 200
+        assert proxy(g, SUPPORT, "POST", "demo", "/refunds", json={}).status_code == 200
+        r = requests.get(f"{g.url}/v1/agents", headers=bearer(OPERATOR), timeout=30)
+        assert {a["name"] for a in r.json()["agents"]} == {"support", "coder", "ops"}, r.json()
+        # Revoke coder: refused from the next request.
+        tokens.write_text(f"{SUPPORT} agent support\n{OPERATOR} operator ops\n")
+        os.kill(g.proc.pid, signal.SIGHUP)
+        wait_log(g, "reload: 2 token(s)")
+        assert proxy(g, CODER, "POST", "demo", "/anything", json={}).status_code == 401
+        # A broken file changes nothing: one log line, the counter.
+        g.extra = {"agent.support": {"allow": "nowhere: *"}}
+        g.write_config()
+        os.kill(g.proc.pid, signal.SIGHUP)
+        wait_log(g, "the running tokens and agents stay")
+        assert proxy(g, SUPPORT, "POST", "demo", "/refunds", json={}).status_code == 200
+        text = requests.get(f"{g.url}/metrics", headers=bearer(OPERATOR), timeout=30).text
+        assert "once_config_reload_failures_total 1\n" in text
+        # Another section changed: named as needing a restart; the agents still apply.
+        g.extra = {"agent.support": {"allow": "demo: POST /charges*"}}
+        g.upstreams["demo"]["timeout"] = "7s"
+        g.write_config()
+        os.kill(g.proc.pid, signal.SIGHUP)
+        wait_log(g, "[upstream.demo] changed on disk and take(s) effect after a restart")
+        refused(proxy(g, SUPPORT, "POST", "demo", "/refunds", json={}))
+    finally:
+        g.stop()
+        demo.stop()

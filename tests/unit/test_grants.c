@@ -190,9 +190,9 @@ static void test_tokens_name_agents_and_closed_needs_sections(void **state)
     if (rc != 0)
         fail_msg("%s", err);
     assert_int_equal(cfg.ntokens, 3);
-    assert_non_null(grants_agent(&cfg, &cfg.tokens[0]));
-    assert_null(grants_agent(&cfg, &cfg.tokens[1])); /* free: no section, full reach */
-    assert_null(grants_agent(&cfg, &cfg.tokens[2])); /* an operator */
+    assert_non_null(grants_agent(&cfg.tokens[0]));
+    assert_null(grants_agent(&cfg.tokens[1])); /* free: no section, full reach */
+    assert_null(grants_agent(&cfg.tokens[2])); /* an operator */
     config_free(&cfg);
     free(text);
     assert_true(asprintf(&text,

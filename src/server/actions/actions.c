@@ -112,7 +112,7 @@ static int path_name(req *r, char *scope, size_t scap, char *key, size_t kcap)
  * servers it may use. 0, or answered (403 not_allowed) and -1. */
 static int scope_granted(req *r, const char *scope, int reserve)
 {
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (reserve ? grants_actions_scope(ag, scope) : grants_scope(ag, scope))
         return 0;
     problem p;
@@ -392,7 +392,7 @@ static void actions_reserve(req *r)
                                  .request_len = a->request_text ? strlen(a->request_text) : 0};
     limits_req lq = {.kind = GRANT_ACTIONS, .what = a->scope, .body = a->body};
     problem p;
-    if (limits_apply(r->srv->cfg, r->who, &lq, ACTIONS_OVER_LIMIT_TTL_MS, &a->draw, &a->rreq, &p) < 0) {
+    if (limits_apply(r->who, &lq, ACTIONS_OVER_LIMIT_TTL_MS, &a->draw, &a->rreq, &p) < 0) {
         req_problem_from(r, &p);
         return;
     }
@@ -555,7 +555,7 @@ static void actions_list(req *r)
         req_problem(r, 400, "invalid_request", "Invalid request", NULL, "%s", once_errdetail());
         return;
     }
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (!hsc && ag) {
         problem p;
         grants_refuse(&p, ag, "every scope at once (list one: ?scope=NAME)");

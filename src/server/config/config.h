@@ -125,6 +125,7 @@ typedef struct auth_token {
     token_role role;
     char *name;            /* the agent (or operator) it speaks for: the third word, else
                               "<role>-<line>"; 1-64 of A-Z a-z 0-9 . _ - (it is stored in the ledger) */
+    const struct agent_cfg *agent; /* an agent's [agent.NAME] section in the same config, or NULL */
 } auth_token;
 
 /* What an [agent.NAME] allow or limit line is about (docs/agents.md). */

@@ -218,14 +218,16 @@ static int config_apply_env(config_ctx *c)
     return 0;
 }
 
-/* agents = closed: every agent token names an [agent.NAME] section, so no
- * agent has reach nobody wrote down. */
+/* Each agent token points at its section. agents = closed: every agent
+ * token names an [agent.NAME] section, so no agent has reach nobody wrote
+ * down. */
 static int config_agents_closed(config_ctx *c)
 {
-    const once_config *cfg = c->cfg;
-    for (size_t i = 0; cfg->agents_closed && i < cfg->ntokens; i++) {
-        const auth_token *t = &cfg->tokens[i];
-        if (t->role == ROLE_AGENT && config_agent(cfg, t->name) == NULL)
+    once_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->ntokens; i++) {
+        auth_token *t = &cfg->tokens[i];
+        t->agent = t->role == ROLE_AGENT ? config_agent(cfg, t->name) : NULL;
+        if (cfg->agents_closed && t->role == ROLE_AGENT && t->agent == NULL)
             return config_fail_at(c, config_line(c, CONFIG_SERVER, 0, "agents"),
                                   "agents = closed: the token of agent '%s' (tokens_file) has no [agent.%s] section",
                                   t->name, t->name);

@@ -7,15 +7,9 @@
 
 #include "server/core/path_rule.h"
 
-const agent_cfg *grants_agent(const once_config *cfg, const auth_token *who)
+const agent_cfg *grants_agent(const auth_token *who)
 {
-    if (who == NULL || who->role != ROLE_AGENT)
-        return NULL;
-    for (size_t i = 0; i < cfg->nagents; i++) {
-        if (strcmp(cfg->agents[i].name, who->name) == 0)
-            return &cfg->agents[i];
-    }
-    return NULL;
+    return who != NULL && who->role == ROLE_AGENT ? who->agent : NULL;
 }
 
 /* Whether one of items[0..n) is "*" or, as a pattern, matches name. */
@@ -103,6 +97,11 @@ int grants_has_path_rules(const once_config *cfg, const char *upstream)
         for (size_t g = 0; g < a->ngrants; g++) {
             const agent_grant *gr = &a->grants[g];
             if (gr->kind == GRANT_UPSTREAM && strcmp(gr->target, upstream) == 0)
+                return 1;
+        }
+        for (size_t l = 0; l < a->nlimits; l++) {
+            const agent_limit *lim = &a->limits[l];
+            if (lim->kind == GRANT_UPSTREAM && lim->rule != NULL && strcmp(lim->target, upstream) == 0)
                 return 1;
         }
     }

@@ -12,9 +12,10 @@
 #include "server/config/config.h"
 #include "server/core/problem.h"
 
-/* The section of the agent a token speaks for, or NULL: an operator, no
+/* The section of the agent a token speaks for (in the token's own
+ * generation of the config: core/access_set.h), or NULL: an operator, no
  * token (auth off), or an agent without a section (full reach). */
-const agent_cfg *grants_agent(const once_config *cfg, const auth_token *who);
+const agent_cfg *grants_agent(const auth_token *who);
 
 /* May agent a (NULL: yes) send method target (the canonical target after
  * the prefix, target_canon) to upstream up? Matched with case, on every
@@ -40,7 +41,8 @@ int grants_actions_scope(const agent_cfg *a, const char *scope);
 /* May agent a claim events of source (its inbox)? */
 int grants_source(const agent_cfg *a, const char *source);
 
-/* Whether any agent has a path grant on upstream name, so that targets a
+/* Whether any agent of cfg (a request's generation: access_set_cfg) has a
+ * grant or a limit with a path rule on upstream name, so that targets a
  * provider could read more than one way are refused there too. */
 int grants_has_path_rules(const once_config *cfg, const char *upstream);
 

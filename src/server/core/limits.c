@@ -77,10 +77,10 @@ int limits_charges(const agent_cfg *a, const limits_req *q, limits_draw *out, pr
     return 0;
 }
 
-int limits_apply(const once_config *cfg, const auth_token *who, const limits_req *q, int64_t approve_ttl_ms,
+int limits_apply(const auth_token *who, const limits_req *q, int64_t approve_ttl_ms,
                  limits_draw *draw, once_reserve_req *rreq, problem *p)
 {
-    const agent_cfg *a = grants_agent(cfg, who);
+    const agent_cfg *a = grants_agent(who);
     rreq->agent = who != NULL ? who->name : NULL;
     if (limits_charges(a, q, draw, p) < 0)
         return -1;

@@ -48,7 +48,7 @@ int limits_need_body(const agent_cfg *a, grant_kind kind, const char *target);
  * request draws from the agent's limits (into draw, which must live as
  * long as rreq), with over_limit = approve as a wait for a person of
  * approve_ttl_ms. 0, or -1 with p (limits_charges). */
-int limits_apply(const once_config *cfg, const auth_token *who, const limits_req *q, int64_t approve_ttl_ms,
+int limits_apply(const auth_token *who, const limits_req *q, int64_t approve_ttl_ms,
                  limits_draw *draw, once_reserve_req *rreq, problem *p);
 
 /* The answer to ONCE_OVER_LIMIT: 429 limit_exceeded naming the limit as

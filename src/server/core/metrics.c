@@ -83,6 +83,7 @@ struct metrics {
     _Atomic unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
     unsigned long long lease_expired;
     unsigned long long auto_held;
+    _Atomic unsigned long long reload_failures;
     long long approval_oldest_ms; /* created_at of the oldest undecided approval; 0 none */
 };
 
@@ -230,6 +231,12 @@ void metrics_upstream(metrics *m, const char *scope, double seconds)
     pthread_mutex_lock(&m->mu);
     observe(&scope_find(m, scope)->upstream, seconds_buckets, NSEC, seconds);
     pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_reload_failure(metrics *m)
+{
+    if (m)
+        m->reload_failures++;
 }
 
 void metrics_http(metrics *m, unsigned status)
@@ -446,6 +453,9 @@ int metrics_render(metrics *m, buf *b)
                  "# TYPE once_http_requests_total counter\n");
     for (int c = 1; c <= 5; c++)
         rc |= out(b, "once_http_requests_total{code=\"%dxx\"} %llu\n", c, value(&m->http[c]));
+    rc |= out(b, "# HELP once_config_reload_failures_total Reloads (SIGHUP) that changed nothing because of an "
+                 "error.\n# TYPE once_config_reload_failures_total counter\nonce_config_reload_failures_total %llu\n",
+              (unsigned long long)m->reload_failures);
     rc |= out(b, "# HELP once_lease_expired_total Pending actions whose lease ran out (now unknown).\n"
                  "# TYPE once_lease_expired_total counter\nonce_lease_expired_total %llu\n",
               m->lease_expired);

@@ -68,6 +68,9 @@ void metrics_agent_action(metrics *m, const char *agent, const char *outcome);
 /* A problem answer (code: a fixed string of the gateway's) to agent. */
 void metrics_refusal(metrics *m, const char *agent, const char *code);
 
+/* A reload (SIGHUP) that changed nothing because of an error. */
+void metrics_reload_failure(metrics *m);
+
 /* Appends the whole registry to out. 0 or -1 (out of memory). */
 int metrics_render(metrics *m, buf *out);
 

@@ -36,6 +36,8 @@ typedef int (*ready_fn)(server *srv, problem *p);
 
 struct server {
     once_config *cfg;
+    struct access_sets *access; /* the current tokens and agents, replaced by a reload (access_set.h) */
+    char *config_text;          /* the config file as it was at start: a reload names what changed since */
     once_store *store;
     outbound *ob;
     metrics *metrics;

@@ -204,7 +204,7 @@ static int front_decide(req *r, problem *p)
     }
     const route *rt = r->match.rt;
     r->route = rt->name;
-    if (access_check(cfg, rt->access, req_header(r, "Authorization"), &r->who, p) < 0)
+    if (access_check(req_access_cfg(r), rt->access, req_header(r, "Authorization"), &r->who, p) < 0)
         return -1;
     if (rt->admit && rt->admit(r, p) < 0)
         return -1;

@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/pct.h"
+#include "server/core/access_set.h"
 #include "server/core/services.h"
 #include "server/front/lot.h"
 
@@ -48,7 +49,13 @@ req *req_new(server *srv, const upstream_cfg *listen_up, const route *listen_rou
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
+    r->acl = srv->access ? access_sets_hold(srv->access) : NULL;
     return r;
+}
+
+const once_config *req_access_cfg(const req *r)
+{
+    return r->acl ? access_set_cfg(r->acl) : r->srv->cfg;
 }
 
 static void req_free(req *r)
@@ -57,6 +64,7 @@ static void req_free(req *r)
         r->state_free(r->state);
     if (r->resp)
         MHD_destroy_response(r->resp);
+    access_set_drop(r->acl); /* r->who pointed into it */
     buf_free(&r->body);
     free(r->uri);
     pthread_mutex_destroy(&r->mu);

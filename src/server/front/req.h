@@ -48,7 +48,8 @@ struct req {
     /* decided from the headers, before the body (router.h) */
     route_match match;
     route_fn handler;
-    const auth_token *who;         /* the caller's token; NULL when none was needed or none is set */
+    struct access_set *acl;        /* the tokens and agents this request is decided with (held) */
+    const auth_token *who;         /* the caller's token (in acl); NULL when none was needed or none is set */
     const upstream_cfg *up;        /* proxy: the upstream */
     const char *target;            /* proxy: path and query after the upstream's prefix (into uri) */
     source_rt *src;                /* hooks, inbox: the webhook source */
@@ -128,6 +129,11 @@ void req_out_of_memory(req *r);
 /* The route's state for r: size zeroed bytes, freed with free_fn(state)
  * when r is released. NULL (after answering 500) when out of memory. */
 void *req_state_new(req *r, size_t size, req_state_free free_fn);
+
+/* The config a request's access and grants are decided with: the start's,
+ * with the tokens and agents of the generation it began under
+ * (core/access_set.h; a reload replaces them for later requests). */
+const once_config *req_access_cfg(const req *r);
 
 /* Answers with a JSON body (consumed). Any thread. */
 void req_json(req *r, unsigned status, json_t *body);

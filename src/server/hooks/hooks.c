@@ -484,7 +484,7 @@ static int inbox_admit(req *r, problem *p)
     snprintf(r->verb, sizeof r->verb, "%.*s", (int)vlen, verb);
     if (admit_source(r, rest, (size_t)(slash - rest), p) < 0)
         return -1;
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (grants_source(ag, r->src->cfg->name))
         return 0;
     char what[ONCE_SCOPE_MAX + 32];

@@ -276,7 +276,7 @@ static void on_pass_done(out_call *c)
     req *r = p->r;
     r->upstream_ms = c->seconds * 1e3;
     json_t *list = p->learn && c->kind == OUT_ANSWERED && c->status == 200 ? pass_learn(p) : NULL;
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (p->learn && ag && c->kind == OUT_ANSWERED && c->status == 200) {
         /* An agent with grants sees the granted tools only: an answer that
          * cannot be read cannot be filtered, so it is not relayed. */
@@ -396,7 +396,7 @@ static void on_stdio_answer(void *ctx, json_t *msg, int sent, const char *why)
     }
     if (p->learn) {
         mcp_tools_learn(p->rt->tools, json_object_get(msg, "result"), p->first_page);
-        const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+        const agent_cfg *ag = grants_agent(r->who);
         if (ag)
             tools_filter(msg, ag, p->rt->up->name);
     }
@@ -594,7 +594,7 @@ static int mcp_admit(req *r, problem *p)
         return problem_set(p, 400, "invalid_path", "Invalid path", "an MCP endpoint takes no query");
     r->up = up;
     snprintf(r->scope, sizeof r->scope, "%s", up->name);
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (grants_mcp_server(ag, up->name))
         return 0;
     char what[ONCE_SCOPE_MAX + 32];

@@ -588,7 +588,7 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     json_t *params = json_object_get(msg, "params");
     const char *tool = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     int granted = !tool || grants_tool(ag, rt->up->name, tool);
     if (granted && tool && config_mcp_tool_ok(tool, strlen(tool)) && !mcp_tool_recorded(rt->up, rt->tools, tool)) {
         metrics_mcp_call(r->srv->metrics, rt->up->name, tool, "readonly");
@@ -643,7 +643,7 @@ void mcp_call_start(req *r, mcp_rt *rt, json_t *msg)
     int approval = mcp_tool_needs_approval(rt->up, rt->tools, tool);
     limits_req lq = {.kind = GRANT_MCP, .target = rt->up->name, .what = tool, .body = params};
     problem p;
-    if (limits_apply(r->srv->cfg, r->who, &lq, rt->up->approve_ttl_ms, &mc->draw, &mc->c.rreq, &p) < 0) {
+    if (limits_apply(r->who, &lq, rt->up->approve_ttl_ms, &mc->draw, &mc->c.rreq, &p) < 0) {
         answer_error(mc, -32602, "%s", p.detail);
         return;
     }

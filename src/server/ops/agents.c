@@ -77,7 +77,7 @@ static json_t *agents_entry(once_store *st, const once_config *cfg, const char *
 static void agents_job(void *arg)
 {
     req *r = arg;
-    const once_config *cfg = r->srv->cfg;
+    const once_config *cfg = req_access_cfg(r);
     json_t *arr = json_array();
     int bad = arr == NULL;
     for (size_t i = 0; !bad && i < cfg->ntokens; i++) {

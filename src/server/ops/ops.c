@@ -61,7 +61,7 @@ static void ops_label(buf *b, const char *v)
  * across every node), on the worker this route runs on. */
 static void ops_limits(req *r, buf *b)
 {
-    const once_config *cfg = r->srv->cfg;
+    const once_config *cfg = req_access_cfg(r);
     buf_append_str(b,
                    "# HELP once_limit_used What each agent limit's window holds now (count or sum).\n"
                    "# TYPE once_limit_used gauge\n",

@@ -5,10 +5,18 @@
 #ifndef ONCE_SERVER_OPS_H
 #define ONCE_SERVER_OPS_H
 
+#include "server/core/services.h"
 #include "server/front/router.h"
 
 extern const route ops_routes[];
 extern const route console_routes[];
 extern const route agents_routes[]; /* GET /v1/agents (agents.c) */
+
+/* (reload.c) SIGHUP: the tokens and [agent.NAME] sections read again,
+ * applied from the next request; an error changes nothing. */
+void ops_reload(server *srv);
+/* The config file's text (at most 1 MiB), for telling later which sections
+ * changed; malloc'd, NULL when it cannot be read. */
+char *reload_read_text(const char *path);
 
 #endif

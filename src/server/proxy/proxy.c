@@ -624,12 +624,12 @@ static int proxy_limits(proxy *px, const char *key)
 {
     req *r = px->c.r;
     const upstream_cfg *up = px->c.up;
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     limits_req q = {.kind = GRANT_UPSTREAM, .target = up->name, .method = r->method, .what = px->target};
     if (limits_need_body(ag, GRANT_UPSTREAM, up->name))
         q.body = json_loadb((const char *)r->body.data, r->body.len, 0, NULL);
     problem p;
-    int rc = limits_apply(r->srv->cfg, r->who, &q, up->approve_ttl_ms, &px->draw, &px->c.rreq, &p);
+    int rc = limits_apply(r->who, &q, up->approve_ttl_ms, &px->draw, &px->c.rreq, &p);
     json_decref(q.body);
     if (rc < 0) {
         req_problem_from(r, &p);
@@ -764,7 +764,8 @@ static int admit_target(req *r, size_t at, problem *p)
     ONCE_ASSERT(at <= strlen(r->uri)); /* the target is r->uri's to rewrite */
     char *target = r->uri + at;
     char why[200];
-    target_verdict v = upstream_has_path_rules(r->up) ? target_ambiguous(target, why, sizeof why) : TARGET_OK;
+    int rules = upstream_has_path_rules(r->up) || grants_has_path_rules(req_access_cfg(r), r->up->name);
+    target_verdict v = rules ? target_ambiguous(target, why, sizeof why) : TARGET_OK;
     if (v == TARGET_OK)
         v = target_check(target, why, sizeof why);
     switch (v) {
@@ -776,7 +777,7 @@ static int admit_target(req *r, size_t at, problem *p)
     }
     target_canon(target);
     r->target = target;
-    const agent_cfg *ag = grants_agent(r->srv->cfg, r->who);
+    const agent_cfg *ag = grants_agent(r->who);
     if (!grants_upstream(ag, r->up->name, r->method, target)) {
         char what[ONCE_SCOPE_MAX + 64];
         snprintf(what, sizeof what, "%.16s on this path of the upstream '%s'", r->method, r->up->name);
