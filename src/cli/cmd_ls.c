@@ -16,7 +16,7 @@
  * the JSON form streams out. */
 #define LS_PAGE 100
 
-enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE };
+enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE, LS_OPT_AGENT };
 
 /* Room for every state's name in one line (they are about 80 bytes). */
 #define LS_STATE_NAMES_MAX 256
@@ -27,6 +27,7 @@ enum { LS_OPT_STATUS = 2000, LS_OPT_SCOPE };
 typedef struct ls_list {
     once_state state;
     const char *scope;
+    const char *agent;
     once_action_list page;
 } ls_list;
 
@@ -39,6 +40,7 @@ static int ls_fetch(once_store *store, void *list, const char *cursor, size_t li
         .scope = ls->scope,
         .limit = limit,
         .cursor = cursor,
+        .agent = ls->agent,
     };
     ls->page = (once_action_list){0};
     int rc = once_list(store, &req, &ls->page);
@@ -81,10 +83,15 @@ static char *ls_state_names(char *buf, size_t cap)
     return buf;
 }
 
-/* Takes --status, and --scope as typed (ls_check checks it). */
+/* Takes --status, --agent (both checked here), and --scope as typed
+ * (ls_check checks it). */
 static int ls_filter(const cli_command *cmd, void *list, int c, const char *value)
 {
     ls_list *ls = list;
+    if (c == LS_OPT_AGENT) {
+        ls->agent = value;
+        return cli_check_agent_name(cmd, value);
+    }
     if (c != LS_OPT_STATUS)
         return cli_take_text(cmd, (cli_text_option[]){{LS_OPT_SCOPE, &ls->scope}, {0, NULL}}, c, value);
     if (once_state_parse(value, &ls->state) == ONCE_OK)
@@ -133,6 +140,8 @@ void cli_ls_print_help(void)
     }
     fputs("\n"
           "  --scope S    only actions of scope S\n"
+          "  --agent NAME only actions whose current attempt the agent NAME asked for\n"
+          "               (its tokens_file name; `once show` and --json show it)\n"
           "  --limit N    at most N actions, 1..100000 (default 100)\n"
           "  --json       a JSON array of records instead of a table\n",
           stdout);
@@ -141,6 +150,7 @@ void cli_ls_print_help(void)
 static const struct option ls_longopts[] = {
     {"status", required_argument, NULL, LS_OPT_STATUS},
     {"scope", required_argument, NULL, LS_OPT_SCOPE},
+    {"agent", required_argument, NULL, LS_OPT_AGENT},
     CLI_LIST_LONGOPTS,
 };
 

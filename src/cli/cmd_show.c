@@ -73,6 +73,10 @@ static int show_print_action(const void *rec)
     const char *state = once_state_name(a->state);
     printf("state: %s\n", state != NULL ? state : "?");
     printf("attempt: %s\n", attempt);
+    /* Who asked for this attempt: the name `once ls --agent` filters on. */
+    rc = cli_print_text("agent", a->agent);
+    if (rc != ONCE_OK)
+        return rc;
     cli_print_time("created_at", a->created_at);
     cli_print_time("updated_at", a->updated_at);
     /* Waiting for a human, the lease column is the decision's deadline. */

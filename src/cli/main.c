@@ -24,7 +24,7 @@ static const cli_command main_commands[] = {
      "Run the gateway: the idempotent proxy and the actions API.", cli_serve_help, 0, NULL},
     {"check-config", cli_check_config_run, "once check-config FILE",
      "Check a gateway configuration file and exit.", cli_check_config_help, 1, NULL},
-    {"ls", cli_ls_run, "once ls [--status S] [--scope S] [--limit N] [--json]",
+    {"ls", cli_ls_run, "once ls [--status S] [--scope S] [--agent NAME] [--limit N] [--json]",
      "List actions, oldest first.", NULL, 0, cli_ls_print_help},
     {"show", cli_show_run, "once show SCOPE KEY [--json]",
      "Show one action, with its stored response.", cli_record_help, 0, NULL},

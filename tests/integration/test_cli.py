@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 
 RECORD_FIELDS = {
-    "scope", "key", "state", "attempt", "created_at", "updated_at",
+    "scope", "key", "state", "attempt", "agent", "waits_for", "created_at", "updated_at",
     "lease_expires_at", "expires_at", "approved_at", "decided_by", "decision_note", "fingerprint", "request",
     "provider_id", "error", "note", "response", "lookups", "trail",
 }

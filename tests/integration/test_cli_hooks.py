@@ -12,7 +12,7 @@ import pytest
 
 EVENT_FIELDS = {
     "source", "event_id", "state", "attempt", "received_at", "updated_at",
-    "next_at", "delivered_at", "expires_at", "content_type", "headers", "error",
+    "next_at", "delivered_at", "expires_at", "content_type", "headers", "error", "claimed_by",
 }
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LS_HEADER = ["SOURCE", "EVENT_ID", "STATE", "ATTEMPT", "RECEIVED", "ERROR"]
