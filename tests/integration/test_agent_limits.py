@@ -223,3 +223,68 @@ def test_two_nodes_on_one_postgres_share_the_limit(tmp_path, provider):
         assert provider.count() == n
     finally:
         cl.stop_clean()
+
+
+def test_sigkill_between_count_and_send_keeps_the_count_until_it_settles(tmp_path, store_kind, provider, gateways):
+    """The count is taken with the reservation, before the call: a gateway killed mid-call leaves
+    it taken (the action may have happened), and only its settling as released gives it back."""
+    import threading
+    g = start(tmp_path, store_kind, provider, {"allow": "demo: *", "limit": "demo 1/1h"},
+              upstream={"timeout": "2s", "lease": "1s"})
+    gateways.append(g)
+    key = new_key()
+    def hanging_call():
+        try:
+            requests.post(f"{g.url}/v1/proxy/demo/charges", json={"amount": 1},
+                          headers={**bearer(BOT), "Idempotency-Key": key, "X-Fake-Hang": "1"}, timeout=30)
+        except requests.RequestException:
+            pass  # the gateway is killed under it
+
+    t = threading.Thread(target=hanging_call, daemon=True)
+    t.start()
+    assert provider.wait_count(1) == 1
+    g.kill()
+    t.join(10)
+    g.start()
+    assert_problem(charge(g), 429, "limit_exceeded")
+    deadline = time.monotonic() + 15
+    state = None
+    while time.monotonic() < deadline:
+        state = requests.get(f"{g.url}/v1/actions/demo/{key}", headers=bearer(OPS), timeout=30).json()["state"]
+        if state in ("unknown", "held"):
+            break
+        time.sleep(0.1)
+    assert state in ("unknown", "held"), state
+    assert_problem(charge(g), 429, "limit_exceeded")
+    r = requests.post(f"{g.url}/v1/actions/demo/{key}/resolve", json={"outcome": "released"}, headers=bearer(OPS),
+                      timeout=30)
+    assert r.status_code == 200, describe(r)
+    assert charge(g).status_code == 200
+    assert provider.count() == 2
+
+
+def test_mcp_tool_limit_with_a_sum_over_the_arguments(tmp_path, store_kind, gateways):
+    """A limit on an MCP tool, summing an argument: past it, a tool error (once/outcome
+    limit_exceeded) the model can read; the server runs the tool only within the budget."""
+    from mcp_harness import McpUpstream, call, node_or_skip, once_meta, result_of, run_client
+    require_serve()
+    node_or_skip()
+    shop = McpUpstream(tmp_path / "shop", json=True, name="shop")
+    try:
+        tokens = write_tokens(tmp_path)
+        g = AgentGateway(tmp_path / "gw", {"mcp.shop": {"url": shop.url},
+                                            "agent.bot": {"allow": "mcp.shop: charge, lookup",
+                                                          "limit": "mcp.shop: charge sum({json:/arguments/amount}) 10/1h"}},
+                         sources={}, upstreams={}, server={"tokens_file": str(tokens)}, store_kind=store_kind)
+        g.start()
+        gateways.append(g)
+        orders = ["A-" + uuid.uuid4().hex[:8] for _ in range(3)]
+        steps = [call("charge", {"order_id": orders[0], "amount": 6}), call("charge", {"order_id": orders[1], "amount": 4}),
+                 call("charge", {"order_id": orders[2], "amount": 1})]
+        lines, run = run_client(f"{g.url}/v1/mcp/shop", steps, token=BOT)
+        results = [result_of(x, run) for x in lines if x.get("op") == "call"]
+        assert [once_meta(r).get("once/outcome") for r in results] == ["completed", "completed", "limit_exceeded"], results
+        assert results[2].get("isError") is True
+        assert shop.count(orders[0]) == 1 and shop.count(orders[1]) == 1 and shop.count(orders[2]) == 0
+    finally:
+        shop.stop()

@@ -82,12 +82,14 @@ def world(tmp_path_factory):
     g = AgentGateway(d / "gw", {"mcp.shop": {"url": shop.url}, **AGENTS}, sources={"tickets": INBOX, "billing": INBOX},
                      upstreams={"demo": {"url": demo.url}, "other": {"url": other.url}},
                      server={"tokens_file": str(tokens)})
-    g.start()
-    yield g, demo, other, shop
-    g.stop()
-    demo.stop()
-    other.stop()
-    shop.stop()
+    try:
+        g.start()
+        yield g, demo, other, shop
+        g.stop()
+    finally:
+        demo.stop()
+        other.stop()
+        shop.stop()
 
 
 def proxy(g, token, method, upstream, path, **kw):
