@@ -662,24 +662,16 @@ def test_an_inbox_not_granted_is_refused_and_a_receipt_does_not_open_it(world_qu
 
 # =========================================================================== one name, two roles
 
-def test_an_agent_sharing_its_name_with_an_operator_gets_no_operator_reach(tmp_path, attacker):
-    """Reach comes from the token's line, not from its name: an agent token named like an
-    operator (`TOKEN operator support` beside `TOKEN agent support`) keeps its grants and its
-    role; the operator's token keeps the operator's."""
+def test_an_agent_cannot_share_its_name_with_an_operator(tmp_path):
+    """An agent token named like an operator (`TOKEN operator support` beside `TOKEN agent
+    support`) would make the ledger's agent and decided_by, and the log, unable to tell who did
+    what: the tokens file is refused at its line, by check-config and by serve."""
     require_serve()
     agent_tok, op_tok = "tok-twin-agent-0a1b2c3d4e5f", "tok-twin-oper-6a7b8c9d0e1f"
-    tokens = sh.write_tokens(tmp_path / "tokens", [f"{agent_tok} agent support", f"{op_tok} operator support"])
-    g = AgentGateway(tmp_path / "gw", {"agent.support": {"allow": "up: GET /ok"}}, sources={},
-                     upstreams={"up": {"url": attacker.url, "header": [sh.INJECTED]}},
-                     server={"tokens_file": str(tokens)})
-    g.start()
-    try:
-        refused(g.proxy("POST", "up", "/refund", key=new_key(), headers=auth(agent_tok), json={}))
-        assert_problem(requests.get(f"{g.url}/v1/agents", headers=auth(agent_tok), timeout=HTTP_S), 403, "forbidden")
-        assert_problem(requests.get(f"{g.url}/v1/events", headers=auth(agent_tok), timeout=HTTP_S), 403, "forbidden")
-        attacker.assert_saw_nothing(secrets=[sh.SECRET])
-        assert g.proxy("GET", "up", "/ok", headers=auth(agent_tok)).status_code == 200
-        r = g.proxy("POST", "up", "/refund", key=new_key(), headers=auth(op_tok), json={})
-        assert r.status_code == 200, describe(r)
-    finally:
-        sh.finish(g)
+    sh.write_tokens(tmp_path / "tokens", [f"{agent_tok} agent support", f"{op_tok} operator support"])
+    cfg = tmp_path / "once.ini"
+    cfg.write_text("[server]\ntokens_file = tokens\n")
+    r = sh.run_once("check-config", str(cfg))
+    assert r.returncode != 0, sh.output_of(r)
+    assert "may not share a name" in r.stderr and "line 3" in r.stderr, r.stderr
+    assert agent_tok not in r.stderr and op_tok not in r.stderr

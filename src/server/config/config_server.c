@@ -109,9 +109,14 @@ static int config_add_token(config_ctx *c, const char *fname, int fline, const c
                            fline);
     }
     for (size_t i = 0; i < cfg->ntokens; i++) {
-        if (memcmp(cfg->tokens[i].digest, digest, sizeof digest) == 0) {
+        const char *why = memcmp(cfg->tokens[i].digest, digest, sizeof digest) == 0 ? "the same token is on an earlier line"
+                          : strcmp(cfg->tokens[i].name, nm) == 0 && cfg->tokens[i].role != (op ? ROLE_OPERATOR : ROLE_AGENT)
+                              ? "an agent and an operator may not share a name (the ledger and the log would not tell "
+                                "them apart)"
+                              : NULL;
+        if (why != NULL) {
             free(nm);
-            return config_fail(c, "%s: '%s' line %d: the same token is on an earlier line", c->key, fname, fline);
+            return config_fail(c, "%s: '%s' line %d: %s", c->key, fname, fline, why);
         }
     }
     auth_token *grown = realloc(cfg->tokens, (cfg->ntokens + 1) * sizeof *grown);

@@ -60,7 +60,7 @@ int limits_charges(const agent_cfg *a, const limits_req *q, limits_draw *out, pr
     out->n = 0;
     for (size_t i = 0; a != NULL && i < a->nlimits; i++) {
         const agent_limit *l = &a->limits[i];
-        double amount;
+        double amount = 0;
         if (!limits_match(l, q))
             continue;
         if (limits_amount(l, q, &amount, p) < 0)
