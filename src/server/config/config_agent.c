@@ -329,16 +329,8 @@ static int config_agent_finish(config_ctx *c, size_t i)
     return 0;
 }
 
-const config_section config_agent_section = {
-    .kind = CONFIG_AGENT,
-    .prefix = "agent.",
-    .noun = "an agent",
-    .keys = config_agent_keys,
-    .nkeys = CONFIG_NKEYS(config_agent_keys),
-    .size = sizeof(agent_cfg),
-    .line_field = AG(line),
-    .finish = config_agent_finish,
-};
+const config_section config_agent_section =
+    CONFIG_NAMED_SECTION(CONFIG_AGENT, "agent.", "an agent", agent_cfg, config_agent_keys, NULL, config_agent_finish);
 
 void config_agent_free(agent_cfg *a)
 {

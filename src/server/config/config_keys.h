@@ -86,6 +86,18 @@ typedef struct config_section {
     int (*finish)(config_ctx *c, size_t i); /* cross-key checks of instance i */
 } config_section;
 
+/* A named section, [PREFIXNAME], whose instances are structs of type
+ * (each with an int line: where its [NAME] stood): its kind, prefix and
+ * noun, its own rows (an array defined in the same file), the rows it
+ * shares with another section or NULL, and its finish. The size and the
+ * line come from the type, the count from the array, so no section can
+ * say them wrong. */
+#define CONFIG_NAMED_SECTION(kind_, prefix_, noun_, type, keys_, shared_, finish_)                              \
+    {                                                                                                            \
+        .kind = (kind_), .prefix = (prefix_), .noun = (noun_), .keys = (keys_), .nkeys = CONFIG_NKEYS(keys_),   \
+        .shared = (shared_), .size = sizeof(type), .line_field = offsetof(type, line), .finish = (finish_),     \
+    }
+
 extern const config_section config_server_section;
 extern const config_section config_upstream_section;
 extern const config_section config_source_section;

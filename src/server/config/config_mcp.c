@@ -188,14 +188,6 @@ static int config_mcp_finish(config_ctx *c, size_t i)
     return config_endpoint_ttl_used(c, i, u->napprove > 0 || u->approve_destructive, "TOOL, ...");
 }
 
-const config_section config_mcp_section = {
-    .kind = CONFIG_UPSTREAM,
-    .prefix = "mcp.",
-    .noun = "an MCP server",
-    .keys = config_mcp_keys,
-    .nkeys = CONFIG_NKEYS(config_mcp_keys),
-    .shared = &config_endpoint_table,
-    .size = sizeof(upstream_cfg),
-    .line_field = UP(line),
-    .finish = config_mcp_finish,
-};
+const config_section config_mcp_section = CONFIG_NAMED_SECTION(CONFIG_UPSTREAM, "mcp.", "an MCP server", upstream_cfg,
+                                                                config_mcp_keys, &config_endpoint_table,
+                                                                config_mcp_finish);

@@ -236,13 +236,5 @@ static int config_source_finish(config_ctx *c, size_t i)
     return 0;
 }
 
-const config_section config_source_section = {
-    .kind = CONFIG_SOURCE,
-    .prefix = "source.",
-    .noun = "a source",
-    .keys = config_source_keys,
-    .nkeys = CONFIG_NKEYS(config_source_keys),
-    .size = sizeof(source_cfg),
-    .line_field = SRC(line),
-    .finish = config_source_finish,
-};
+const config_section config_source_section = CONFIG_NAMED_SECTION(CONFIG_SOURCE, "source.", "a source", source_cfg,
+                                                                   config_source_keys, NULL, config_source_finish);

@@ -403,14 +403,6 @@ static int config_upstream_finish(config_ctx *c, size_t i)
     return config_upstream_listen(c, i);
 }
 
-const config_section config_upstream_section = {
-    .kind = CONFIG_UPSTREAM,
-    .prefix = "upstream.",
-    .noun = "an upstream",
-    .keys = config_upstream_keys,
-    .nkeys = CONFIG_NKEYS(config_upstream_keys),
-    .shared = &config_endpoint_table,
-    .size = sizeof(upstream_cfg),
-    .line_field = UP(line),
-    .finish = config_upstream_finish,
-};
+const config_section config_upstream_section =
+    CONFIG_NAMED_SECTION(CONFIG_UPSTREAM, "upstream.", "an upstream", upstream_cfg, config_upstream_keys,
+                         &config_endpoint_table, config_upstream_finish);
