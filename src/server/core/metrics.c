@@ -61,7 +61,19 @@ static const char *const delivery_names[MD_COUNT] = {"delivered", "retried", "de
 /* A counter of a family with up to three labels of bounded values: MCP
  * calls (server, tool, outcome), an agent's actions (agent, outcome) and
  * refusals (agent, code). */
-typedef enum series_family { SF_MCP, SF_AGENT_ACTIONS, SF_REFUSALS } series_family;
+typedef enum series_family { SF_MCP, SF_AGENT_ACTIONS, SF_REFUSALS, SF_COUNT } series_family;
+
+/* How a family is written on the page: its name, its help, and the names
+ * of its labels (tool NULL: the agent families have none). */
+static const struct series_kind {
+    const char *name, *help, *server, *tool, *outcome;
+} series_names[SF_COUNT] = {
+    [SF_MCP] = {"once_mcp_calls_total", "MCP tool calls by server, tool and outcome.", "server", "tool", "outcome"},
+    [SF_AGENT_ACTIONS] = {"once_agent_actions_total", "Answers about actions, by the agent that asked and outcome.",
+                          "agent", NULL, "outcome"},
+    [SF_REFUSALS] = {"once_refusals_total", "Problem answers, by the agent that asked and code.", "agent", NULL,
+                     "code"},
+};
 
 typedef struct mcp_series {
     series_family family;
@@ -356,6 +368,27 @@ static int render_results(buf *b, const char *family, const char *label, const s
     return rc;
 }
 
+/* One family of the series table, its header and each of its series:
+ * the three families share the table, so they are written by one loop.
+ * Caller holds m->mu. */
+static int render_series(buf *b, const metrics *m, series_family f)
+{
+    const struct series_kind *k = &series_names[f];
+    int rc = out(b, "# HELP %s %s\n# TYPE %s counter\n", k->name, k->help, k->name);
+    for (size_t i = 0; i < m->nmcp; i++) {
+        const mcp_series *s = &m->mcp[i];
+        if (s->family != f)
+            continue;
+        if (k->tool)
+            rc |= out(b, "%s{%s=\"%s\",%s=\"%s\",%s=\"%s\"} %llu\n", k->name, k->server, s->server, k->tool, s->tool,
+                      k->outcome, s->outcome, s->n);
+        else
+            rc |= out(b, "%s{%s=\"%s\",%s=\"%s\"} %llu\n", k->name, k->server, s->server, k->outcome, s->outcome,
+                      s->n);
+    }
+    return rc;
+}
+
 int metrics_render(metrics *m, buf *b)
 {
     int rc = 0;
@@ -422,24 +455,8 @@ int metrics_render(metrics *m, buf *b)
         if (s->tokens_saved)
             rc |= out(b, "once_llm_tokens_saved_total{scope=\"%s\"} %llu\n", s->name, s->tokens_saved);
     }
-    rc |= out(b, "# HELP once_mcp_calls_total MCP tool calls by server, tool and outcome.\n"
-                 "# TYPE once_mcp_calls_total counter\n");
-    for (size_t i = 0; i < m->nmcp; i++)
-        if (m->mcp[i].family == SF_MCP)
-            rc |= out(b, "once_mcp_calls_total{server=\"%s\",tool=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
-                      m->mcp[i].tool, m->mcp[i].outcome, m->mcp[i].n);
-    rc |= out(b, "# HELP once_agent_actions_total Answers about actions, by the agent that asked and outcome.\n"
-                 "# TYPE once_agent_actions_total counter\n");
-    for (size_t i = 0; i < m->nmcp; i++)
-        if (m->mcp[i].family == SF_AGENT_ACTIONS)
-            rc |= out(b, "once_agent_actions_total{agent=\"%s\",outcome=\"%s\"} %llu\n", m->mcp[i].server,
-                      m->mcp[i].outcome, m->mcp[i].n);
-    rc |= out(b, "# HELP once_refusals_total Problem answers, by the agent that asked and code.\n"
-                 "# TYPE once_refusals_total counter\n");
-    for (size_t i = 0; i < m->nmcp; i++)
-        if (m->mcp[i].family == SF_REFUSALS)
-            rc |= out(b, "once_refusals_total{agent=\"%s\",code=\"%s\"} %llu\n", m->mcp[i].server,
-                      m->mcp[i].outcome, m->mcp[i].n);
+    for (int f = SF_MCP; f < SF_COUNT; f++)
+        rc |= render_series(b, m, (series_family)f);
     rc |= out(b, "# HELP once_webhook_ack_seconds From a webhook's arrival to its durable acknowledgement.\n"
                  "# TYPE once_webhook_ack_seconds histogram\n");
     rc |= render_hist(b, "once_webhook_ack_seconds", "", &m->webhook_ack, seconds_buckets, NSEC);
