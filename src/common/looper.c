@@ -8,36 +8,6 @@
 #include "common/check.h"
 #include "common/clock.h"
 
-/* ---- the queue --------------------------------------------------------- */
-
-void looper_fifo_push(looper_fifo *q, looper_item *it)
-{
-    it->next = NULL;
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-}
-
-looper_item *looper_fifo_pop(looper_fifo *q)
-{
-    looper_item *it = q->head;
-    if (it) {
-        q->head = it->next;
-        if (!q->head)
-            q->tail = NULL;
-    }
-    return it;
-}
-
-looper_item *looper_fifo_take(looper_fifo *q)
-{
-    looper_item *all = q->head;
-    q->head = q->tail = NULL;
-    return all;
-}
-
 /* ---- the loop ---------------------------------------------------------- */
 
 /* Sleeps, under l->mu, as the last round asked, unless something is
@@ -63,7 +33,7 @@ static void *looper_main(void *arg)
     pthread_mutex_lock(&l->mu);
     for (;;) {
         looper_phase phase = l->phase;
-        looper_item *posted = looper_fifo_take(&l->posted);
+        looper_item *posted = fifo_take(&l->posted);
         l->kicked = 0;
         l->idle = 0;
         pthread_mutex_unlock(&l->mu);
@@ -113,7 +83,7 @@ int looper_post(looper *l, looper_item *it, int urgent)
         pthread_mutex_unlock(&l->mu);
         return -1;
     }
-    looper_fifo_push(&l->posted, it);
+    fifo_push(&l->posted, it);
     if (urgent || l->idle) {
         l->kicked = 1;
         pthread_cond_signal(&l->cv);

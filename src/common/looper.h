@@ -23,6 +23,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/fifo.h"
+
 /* What a round returns instead of a wait in milliseconds. */
 #define LOOPER_IDLE (-1) /* nothing to do until kicked or posted to */
 #define LOOPER_DONE (-2) /* only while stopping: the thread may end */
@@ -32,23 +34,28 @@
  * left (items posted later would have no reader). */
 typedef enum looper_phase { LOOPER_RUNNING, LOOPER_QUIESCED, LOOPER_STOPPING } looper_phase;
 
-/* Embedded first in whatever a thread posts to the loop. */
-typedef struct looper_item {
-    struct looper_item *next;
-} looper_item;
+/* Embedded first in whatever a thread posts to the loop: a link of the
+ * one queue (fifo.h). */
+typedef fifo_link looper_item;
 
 /* Items in the order they were pushed, under the owner's lock: what a loop
  * keeps of its posts, and the worker threads' queue (core/worker.c). */
-typedef struct looper_fifo {
-    looper_item *head, *tail;
-} looper_fifo;
+typedef fifo looper_fifo;
 
-/* Appends it. */
-void looper_fifo_push(looper_fifo *q, looper_item *it);
-/* Takes the oldest item, or NULL when empty. */
-looper_item *looper_fifo_pop(looper_fifo *q);
-/* Takes every item, oldest first (a list through next; NULL when empty). */
-looper_item *looper_fifo_take(looper_fifo *q);
+/* The queue's operations under the names the loops' users call them by
+ * (core/worker.c, the unit tests): the same functions. */
+static inline void looper_fifo_push(looper_fifo *q, looper_item *it)
+{
+    fifo_push(q, it);
+}
+static inline looper_item *looper_fifo_pop(looper_fifo *q)
+{
+    return fifo_pop(q);
+}
+static inline looper_item *looper_fifo_take(looper_fifo *q)
+{
+    return fifo_take(q);
+}
 
 /* One round: posted is what was posted since the last round (oldest first;
  * the round owns it). Returns the milliseconds to wait before the next

@@ -9,7 +9,7 @@
 
 int bq_init(batchq *q)
 {
-    q->head = q->tail = NULL;
+    q->items = (fifo){0};
     q->len = 0;
     q->closed = 0;
     if (pthread_mutex_init(&q->mu, NULL) != 0)
@@ -30,12 +30,7 @@ void bq_destroy(batchq *q)
 /* Appends item; the caller holds q->mu and has checked closed. */
 static void bq_push(batchq *q, bq_item *item)
 {
-    item->next = NULL;
-    if (q->tail)
-        q->tail->next = item;
-    else
-        q->head = item;
-    q->tail = item;
+    fifo_push(&q->items, &item->link);
     q->len++;
     pthread_cond_signal(&q->nonempty);
 }
@@ -75,18 +70,14 @@ size_t bq_take(batchq *q, bq_item **out, size_t max)
 {
     size_t n = 0;
     pthread_mutex_lock(&q->mu);
-    while (!q->head && !q->closed)
+    while (!q->items.head && !q->closed)
         pthread_cond_wait(&q->nonempty, &q->mu);
-    while (q->head && n < max) {
-        bq_item *it = q->head;
-        q->head = it->next;
-        if (!q->head)
-            q->tail = NULL;
+    while (q->items.head && n < max) {
+        out[n++] = (bq_item *)fifo_pop(&q->items); /* the link is first */
         q->len--;
-        out[n++] = it;
     }
     /* Another writer (PostgreSQL runs several) may take what is left. */
-    if (q->head)
+    if (q->items.head)
         pthread_cond_signal(&q->nonempty);
     pthread_mutex_unlock(&q->mu);
     return n;

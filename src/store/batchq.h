@@ -13,8 +13,10 @@
 #include <semaphore.h>
 #include <stddef.h>
 
+#include "common/fifo.h"
+
 typedef struct bq_item {
-    struct bq_item *next;
+    fifo_link link; /* first: the queue links items */
     /* Set for an asynchronous item: called (on the writer thread, outside
      * the queue's lock) instead of waking a sleeping caller. */
     void (*on_done)(struct bq_item *item);
@@ -26,8 +28,7 @@ typedef struct bq_item {
 typedef struct batchq {
     pthread_mutex_t mu;
     pthread_cond_t nonempty;
-    bq_item *head;
-    bq_item *tail;
+    fifo items;
     size_t len;
     int closed;
 } batchq;
