@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ledger/entry.h"
 #include "ledger/store.h"
 
 void once_action_free(once_action *a)
@@ -35,15 +36,7 @@ void once_reservation_free(once_reservation *r)
     memset(r, 0, sizeof *r);
 }
 
-void once_action_list_free(once_action_list *l)
-{
-    if (!l)
-        return;
-    for (size_t i = 0; i < l->count; i++)
-        once_action_free(&l->items[i]);
-    free(l->items);
-    memset(l, 0, sizeof *l);
-}
+LEDGER_LIST_FREE(once_action_list_free, once_action_list, once_action_free)
 
 /* The ledger's replay cache and both stores answer a reservation from a row
  * they found; this is the one place that says what such an answer holds. */

@@ -1,13 +1,16 @@
 /*
- * entry.h — what the public entry points of libonce share across their two
- * files (ledger.c for actions, events.c for webhook events): the size of a
- * page, a page request's checks, and the sweeps.
+ * entry.h — what the public entry points of libonce share across their
+ * files (ledger.c and action.c for actions, events.c for webhook events):
+ * the size of a page, a page request's checks, the sweeps, and how a list
+ * of records is freed.
  */
 #ifndef ONCE_LEDGER_ENTRY_H
 #define ONCE_LEDGER_ENTRY_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ledger/store.h"
 
@@ -33,5 +36,20 @@ typedef int (*ledger_sweep_fn)(once_store *store, int64_t now, size_t *count);
  * checked (what names the entry point in the detail), then fn; *count (may
  * be NULL) is 0 unless fn succeeds. Pass fn as store ? store->vt->X : NULL. */
 int ledger_sweep(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *count, const char *what);
+
+/* Defines fn, the public free of a list type (items, count) whose records
+ * item_free frees: each record, then the array, then the list zeroed (so a
+ * second call frees nothing). NULL is a no-op. One definition for the
+ * lists of actions and of events. */
+#define LEDGER_LIST_FREE(fn, list_type, item_free)                                                                 \
+    void fn(list_type *l)                                                                                          \
+    {                                                                                                              \
+        if (!l)                                                                                                    \
+            return;                                                                                                \
+        for (size_t i = 0; i < l->count; i++)                                                                      \
+            item_free(&l->items[i]);                                                                               \
+        free(l->items);                                                                                            \
+        memset(l, 0, sizeof *l);                                                                                   \
+    }
 
 #endif

@@ -25,15 +25,7 @@ void once_event_free(once_event *e)
     memset(e, 0, sizeof *e);
 }
 
-void once_event_list_free(once_event_list *l)
-{
-    if (!l)
-        return;
-    for (size_t i = 0; i < l->count; i++)
-        once_event_free(&l->items[i]);
-    free(l->items);
-    memset(l, 0, sizeof *l);
-}
+LEDGER_LIST_FREE(once_event_list_free, once_event_list, once_event_free)
 
 static int check_event_id(const char *id)
 {
