@@ -17,6 +17,7 @@
 
 #include "ledger/store.h"
 #include "store/pg_schema.h"
+#include "store/schema_steps.h"
 
 #define SCHEMA_LOCK_KEY 0x4f4e4345 /* "ONCE" */
 
@@ -563,17 +564,9 @@ static const char *const migrations[] = {
      " END $$;"),
 };
 
-#define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
+#define LATEST SCHEMA_STEPS_COUNT(migrations)
 
-int pg_schema_latest(void)
-{
-    return LATEST;
-}
-
-const char *pg_schema_step(int n)
-{
-    return n >= 1 && n <= LATEST ? migrations[n - 1] : NULL;
-}
+SCHEMA_STEPS_DEFINE(pg_schema_latest, pg_schema_step, migrations)
 
 static int exec_ok(PGconn *c, const char *sql, char *err, size_t errlen)
 {

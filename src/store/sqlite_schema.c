@@ -11,6 +11,7 @@
 #include "ledger/store.h"
 #include "store/sqlite_ops.h"
 #include "store/sqlite_schema.h"
+#include "store/schema_steps.h"
 
 /* Migration N takes a database from version N-1 to N. Never edit a shipped
  * step; append a new one. */
@@ -169,17 +170,9 @@ static const char *const migrations[] = {
      " END;"),
 };
 
-#define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
+#define LATEST SCHEMA_STEPS_COUNT(migrations)
 
-int sqlite_schema_latest(void)
-{
-    return LATEST;
-}
-
-const char *sqlite_schema_step(int n)
-{
-    return n >= 1 && n <= LATEST ? migrations[n - 1] : NULL;
-}
+SCHEMA_STEPS_DEFINE(sqlite_schema_latest, sqlite_schema_step, migrations)
 
 static int pragma_int(sqlite3 *db, const char *sql, long long *out)
 {
