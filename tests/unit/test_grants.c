@@ -193,6 +193,8 @@ static void test_tokens_name_agents_and_closed_needs_sections(void **state)
     assert_non_null(grants_agent(&cfg.tokens[0]));
     assert_null(grants_agent(&cfg.tokens[1])); /* free: no section, full reach */
     assert_null(grants_agent(&cfg.tokens[2])); /* an operator */
+    /* "stripe: *" is no path rule: the upstream's paths need not read one way. */
+    assert_false(grants_has_path_rules(&cfg, "stripe"));
     config_free(&cfg);
     free(text);
     assert_true(asprintf(&text,

@@ -96,12 +96,15 @@ int grants_has_path_rules(const once_config *cfg, const char *upstream)
         const agent_cfg *a = &cfg->agents[i];
         for (size_t g = 0; g < a->ngrants; g++) {
             const agent_grant *gr = &a->grants[g];
-            if (gr->kind == GRANT_UPSTREAM && strcmp(gr->target, upstream) == 0)
-                return 1;
+            for (size_t j = 0; gr->kind == GRANT_UPSTREAM && j < gr->nitems; j++) {
+                if (strcmp(gr->items[j], "*") != 0 && strcmp(gr->target, upstream) == 0)
+                    return 1;
+            }
         }
         for (size_t l = 0; l < a->nlimits; l++) {
             const agent_limit *lim = &a->limits[l];
-            if (lim->kind == GRANT_UPSTREAM && lim->rule != NULL && strcmp(lim->target, upstream) == 0)
+            if (lim->kind == GRANT_UPSTREAM && lim->rule != NULL && strcmp(lim->rule, "*") != 0 &&
+                strcmp(lim->target, upstream) == 0)
                 return 1;
         }
     }

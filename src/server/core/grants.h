@@ -42,8 +42,9 @@ int grants_actions_scope(const agent_cfg *a, const char *scope);
 int grants_source(const agent_cfg *a, const char *source);
 
 /* Whether any agent of cfg (a request's generation: access_set_cfg) has a
- * grant or a limit with a path rule on upstream name, so that targets a
- * provider could read more than one way are refused there too. */
+ * grant or a limit with a path rule on upstream name (a bare "*" is none),
+ * so that targets a provider could read more than one way are refused
+ * there too. */
 int grants_has_path_rules(const once_config *cfg, const char *upstream);
 
 /* The answer to a request no grant covers: 403 not_allowed, naming the
