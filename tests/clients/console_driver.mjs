@@ -77,6 +77,8 @@ function snapshotInPage() {
     counts_text: document.getElementById('counts').textContent,
     counts,
     tables: { awaiting: rows('awaiting'), held: rows('held'), unknown: rows('unknown'), dead: rows('dead') },
+    agents: Array.from(document.querySelectorAll('#agents tbody tr[data-agent]'))
+      .map((tr) => ({ agent: tr.dataset.agent, cells: Array.from(tr.cells).map((td) => td.textContent) })),
     action_rows: document.querySelectorAll('tr[data-scope]').length,
     event_rows: document.querySelectorAll('tr[data-event-id]').length,
     visible_buttons: Array.from(document.querySelectorAll('button')).filter((b) => vis(b) && b.offsetParent !== null)

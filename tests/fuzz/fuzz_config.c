@@ -2,7 +2,7 @@
  * fuzz_config.c — libFuzzer target for the gateway's configuration loader:
  * the input is loaded as a whole config file (through fmemopen, so the
  * line reader, inih and every setter see it exactly as a file: [server],
- * [upstream.NAME], [mcp.NAME] and [source.NAME] alike), and is also
+ * [upstream.NAME], [mcp.NAME], [source.NAME] and [agent.NAME] alike), and is also
  * given raw to the duration, size and listen parsers.
  *
  * The loader is part of the server's object library, which the target
@@ -26,13 +26,49 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_CTL "\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10" \
                  "\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"
 
+/* What the grants and limits rely on without checking again: every agent
+ * grants something, on targets that exist as the kind named; every limit
+ * has a window of 1 s to 30 d, a max, a ledger identity and a granted
+ * target; a token points at its own section, and under agents = closed
+ * every agent token has one. */
+static void fuzz_check_agents(const once_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nagents; i++) {
+        const agent_cfg *a = &cfg->agents[i];
+        if (a->ngrants == 0 || a->nlimits > ONCE_LIMIT_CHARGES_MAX || config_agent(cfg, a->name) != a)
+            __builtin_trap();
+        for (size_t g = 0; g < a->ngrants; g++) {
+            const agent_grant *gr = &a->grants[g];
+            const upstream_cfg *u = gr->target != NULL ? config_upstream(cfg, gr->target) : NULL;
+            if ((gr->kind == GRANT_UPSTREAM || gr->kind == GRANT_MCP) &&
+                (u == NULL || (u->mcp != 0) != (gr->kind == GRANT_MCP)))
+                __builtin_trap();
+            if (gr->nitems == 0)
+                __builtin_trap();
+        }
+        for (size_t l = 0; l < a->nlimits; l++) {
+            const agent_limit *lim = &a->limits[l];
+            if (lim->window_ms < 1000 || lim->window_ms > 30LL * 24 * 3600 * 1000 || lim->max == 0 ||
+                lim->ledger_id == NULL || lim->kind == GRANT_HOOKS)
+                __builtin_trap();
+        }
+    }
+    for (size_t t = 0; t < cfg->ntokens; t++) {
+        const auth_token *tok = &cfg->tokens[t];
+        if (once_scope_validate(tok->name) != ONCE_OK ||
+            (tok->agent != NULL && (tok->role != ROLE_AGENT || strcmp(tok->agent->name, tok->name) != 0)) ||
+            (cfg->agents_closed && tok->role == ROLE_AGENT && tok->agent == NULL))
+            __builtin_trap();
+    }
+}
+
 /* Checks what the loader promises whatever the input: on success a
  * complete config, on failure an empty one and a one-line message. */
 static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
 {
     if (rc != 0) {
         if (cfg->path != NULL || cfg->upstreams != NULL || cfg->nupstreams != 0 ||
-            cfg->sources != NULL || cfg->nsources != 0 || err[0] == '\0' ||
+            cfg->sources != NULL || cfg->nsources != 0 || cfg->agents != NULL || cfg->nagents != 0 || err[0] == '\0' ||
             strchr(err, '\n') != NULL)
             __builtin_trap();
         return;
@@ -102,6 +138,7 @@ static void fuzz_check_config(int rc, const once_config *cfg, const char *err)
                 __builtin_trap();
         }
     }
+    fuzz_check_agents(cfg);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -92,6 +92,11 @@ def make_gw(tmp_path, provider, agent, gateways):
                             "retry_base": "50ms", "retry_cap": "200ms"}}
         g = HookGateway(tmp_path / f"gw{len(gateways)}", sources, upstreams=upstreams, server=server,
                         store_kind="sqlite")
+        if tokens:
+            # The agent's grants and a limit, for the Agents table (docs/agents.md).
+            with open(g.config_path, "a") as f:
+                f.write("\n[agent.bot]\nallow = demo: *\nallow = ledger: *\nallow = actions: *\n"
+                        "limit = demo 1000/1d\n")
         gateways.append(g)
         g.start()
         return g
@@ -260,6 +265,12 @@ def test_overview_counts_rows_xss_keyboard_phone_signout(node, make_gw, agent, t
     assert s["counts"] == {"awaiting_approval": "2", "pending": "1", "unknown": "1", "held": "2", "denied": "1",
                            "dead": "2"}, s["counts"]
     assert "not counted" in s["body_text"], s["body_text"]
+    agents = {a["agent"]: a["cells"] for a in s["agents"]}
+    assert agents["alice"][1:3] == ["operator", "operator"], agents
+    assert agents["bot"][1:3] == ["agent", "its grants"], agents
+    assert agents["bot"][3] == "demo: *; ledger: *; actions: *", agents
+    # awaiting (2) and held (1) went through demo: three new actions counted.
+    assert agents["bot"][4].startswith("demo 1000/1d: 3 of 1000 used, room in "), agents
     assert s["status_role"] == "status", s
     assert s["session_keys"] == ["once-console-token"], s["session_keys"]
 

@@ -37,6 +37,7 @@
     counts: $('counts'),
     info: $('refresh-info'),
     tables: { awaiting: $('awaiting'), held: $('held'), unknown: $('unknown'), dead: $('dead') },
+    agents: $('agents'),
   };
 
   let timer = null;
@@ -207,6 +208,7 @@
 
   function clearTables() {
     for (const t of Object.values(ui.tables)) t.replaceChildren();
+    ui.agents.replaceChildren();
     ui.counts.replaceChildren();
   }
 
@@ -267,6 +269,30 @@
       body.insertBefore(tr, at);
     }
     while (at) { const next = at.nextSibling; at.remove(); at = next; }
+  }
+
+  // The agents table holds nothing to type into: it is drawn anew each time.
+  function limitText(l) {
+    const used = l.used === null ? '?' : String(l.used);
+    const room = l.retry_after_s ? `, room in ${l.retry_after_s} s` : '';
+    return `${l.limit}: ${used} of ${l.max} used${room}`;
+  }
+
+  function renderAgents(table, agents) {
+    const head = el('thead', null, el('tr', null, ...AGENT_HEAD.map((h) => el('th', { scope: 'col', text: h }))));
+    const rows = agents.map((a) => {
+      const cells = [
+        textCell(a.name, 'mono'),
+        textCell(a.role),
+        textCell(a.reach === 'granted' ? 'its grants' : a.reach === 'full' ? 'everything (no section)' : 'operator'),
+        textCell((a.grants || []).map((g) => `${g.target}: ${g.items.join(', ')}`).join('; ')),
+        textCell((a.limits || []).map(limitText).join('; ') + (a.over_limit === 'approve' ? ' (then a person)' : '')),
+      ];
+      cells.forEach((td, i) => { td.dataset.label = AGENT_HEAD[i]; });
+      return el('tr', { dataset: { agent: a.name } }, ...cells);
+    });
+    if (!rows.length) rows.push(el('tr', { class: 'empty' }, el('td', { colSpan: AGENT_HEAD.length, text: 'No tokens are configured.' })));
+    table.replaceChildren(head, el('tbody', null, ...rows));
   }
 
   function actionId(rec) {
@@ -379,6 +405,7 @@
 
   const ACTION_HEAD = ['Scope', 'Key', 'Age', 'Request', 'Error / note', 'Trail', 'Decide'];
   const EVENT_HEAD = ['Source', 'Event id', 'Age', 'Attempts', 'Error', 'Decide'];
+  const AGENT_HEAD = ['Name', 'Role', 'May reach', 'Grants', 'Limits'];
 
   // ------------------------------------------------------------------ refresh
 
@@ -404,6 +431,7 @@
     const lists = await Promise.all([
       ...COUNTED.map(([state]) => list('/v1/actions', { status: state }).then((r) => [state, r], (e) => [state, e])),
       list('/v1/events', { status: 'dead' }).then((r) => ['dead', r], (e) => ['dead', e]),
+      api('GET', '/v1/agents').then((r) => ['agents', r], (e) => ['agents', e]),
     ]);
     if (gen !== generation) return;
     const got = Object.fromEntries(lists);
@@ -418,7 +446,9 @@
       return;
     }
     const counts = {};
-    for (const [state, r] of lists) if (!(r instanceof Error)) counts[state] = { n: r.items.length, more: r.more };
+    for (const [state, r] of lists) {
+      if (!(r instanceof Error) && state !== 'agents') counts[state] = { n: r.items.length, more: r.more };
+    }
 
     ui.refused.hidden = true;
     ui.signin.hidden = true;
@@ -436,6 +466,7 @@
     actions(ui.tables.awaiting, 'awaiting_approval', awaitingButtons, 'Nothing awaits approval.');
     actions(ui.tables.held, 'held', resolveButtons, 'No held actions.');
     actions(ui.tables.unknown, 'unknown', resolveButtons, 'No unknown actions.');
+    if (!(got.agents instanceof Error)) renderAgents(ui.agents, got.agents.agents || []);
     if (!(got.dead instanceof Error)) {
       renderTable(ui.tables.dead, EVENT_HEAD, got.dead.items.map((ev) => eventRow(ev, now)), 'No dead events.',
         got.dead.more);
