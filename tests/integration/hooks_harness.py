@@ -258,3 +258,28 @@ def wait_until(fn, timeout=15, interval=0.05, what="condition"):
     if last:
         return last
     raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+
+
+def ini(sections):
+    """INI text of {section: {key: value or [values]}} (a list repeats the key)."""
+    out = []
+    for name, keys in sections.items():
+        out += ["", f"[{name}]"]
+        for k, v in keys.items():
+            for item in v if isinstance(v, list) else [v]:
+                out.append(f"{k} = {item}")
+    return "\n".join(out) + "\n"
+
+
+class AgentGateway(HookGateway):
+    """A HookGateway whose config ends with extra sections ([mcp.NAME], [agent.NAME]: docs/agents.md);
+    extra = {section: {key: value or [values]}}, written again with the config."""
+
+    def __init__(self, workdir, extra, **kw):
+        self.extra = extra
+        super().__init__(workdir, **kw)
+
+    def write_config(self):
+        super().write_config()
+        with open(self.config_path, "a") as f:
+            f.write(ini(self.extra))

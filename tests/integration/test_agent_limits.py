@@ -18,9 +18,9 @@ import pytest
 import requests
 
 from gateway import NO_PG_REASON, Provider, assert_problem, describe, new_key, pg_base_url, require_serve, store_url
-from hooks_harness import HookGateway
 from multinode import Cluster
-from test_agents import AgentGateway, bearer, ini
+from hooks_harness import AgentGateway, ini
+from test_agents import bearer
 
 BOT = "tok-bot-2c4e6a8b0d1f3e5a"
 OPS = "tok-ops-7b9d1f3a5c7e9b0d"

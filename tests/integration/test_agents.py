@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from gateway import Provider, assert_problem, describe, new_key, once_bin, require_serve
-from hooks_harness import HookGateway
+from hooks_harness import AgentGateway
 from mcp_harness import McpUpstream, call, node_or_skip, once_meta, result_of, run_client
 
 SUPPORT = "tok-support-5b1e7c9d2a4f6e80"   # [agent.support]: demo POST /charges*, GET *; mcp lookup; support-*
@@ -33,29 +33,6 @@ INBOX = {"verify": "none", "insecure": True, "event_id": "header:X-Event-Id"}
 
 def bearer(token):
     return {"Authorization": f"Bearer {token}"}
-
-
-def ini(sections):
-    out = []
-    for name, keys in sections.items():
-        out += ["", f"[{name}]"]
-        for k, v in keys.items():
-            for item in v if isinstance(v, list) else [v]:
-                out.append(f"{k} = {item}")
-    return "\n".join(out) + "\n"
-
-
-class AgentGateway(HookGateway):
-    """A HookGateway whose config ends with the given extra sections ([agent.NAME])."""
-
-    def __init__(self, workdir, extra, **kw):
-        self.extra = extra
-        super().__init__(workdir, **kw)
-
-    def write_config(self):
-        super().write_config()
-        with open(self.config_path, "a") as f:
-            f.write(ini(self.extra))
 
 
 AGENTS = {

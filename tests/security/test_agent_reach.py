@@ -34,7 +34,7 @@ import requests
 
 from attacker import Attacker
 from gateway import assert_problem, describe, free_port, new_key, require_serve
-from hooks_harness import HookGateway
+from hooks_harness import AgentGateway
 from lenient_provider import LenientProvider, routed
 from mcp_harness import McpUpstream, node_or_skip
 import security_harness as sh
@@ -54,29 +54,6 @@ def granted_to_support(method, path):
     """Whether support's pay grant covers METHOD PATH (a lenient provider's reading)."""
     return (method == "POST" and path.startswith("/v1/charges")) or \
            (method == "GET" and path.startswith("/v1/charges/"))
-
-
-def ini(sections):
-    out = []
-    for name, keys in sections.items():
-        out += ["", f"[{name}]"]
-        for k, v in keys.items():
-            for item in v if isinstance(v, list) else [v]:
-                out.append(f"{k} = {item}")
-    return "\n".join(out) + "\n"
-
-
-class AgentGateway(HookGateway):
-    """A HookGateway whose config ends with extra sections ([mcp.NAME], [agent.NAME])."""
-
-    def __init__(self, workdir, extra, **kw):
-        self.extra = extra
-        super().__init__(workdir, **kw)
-
-    def write_config(self):
-        super().write_config()
-        with open(self.config_path, "a") as f:
-            f.write(ini(self.extra))
 
 
 class World:
