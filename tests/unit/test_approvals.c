@@ -7,6 +7,7 @@
  * approvals.
  */
 #include "helpers.h"
+#include "schema_at.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -689,25 +690,23 @@ static void test_json(void **state)
 
 #define OLD_VERSION 5
 
-static void sq_exec_ok(sqlite3 *db, const char *sql)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
-        fail_msg("%s: %s", sql, msg ? msg : "?");
-}
-
-/* Rows of every old state, one swept (so the id sequence is ahead of the
- * rows), written with version 5's columns. */
-static const char old_rows[] =
-    "INSERT INTO actions (id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at,"
-    " expires_at, retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body,"
-    " provider_id, error, note, lookups, lookup_next_at, trail, resp_not_stored) VALUES"
-    " (1, 'mail', 'done', 'completed', 1, '0123456789abcdef0123456789abcdef', 1000, 2000, 3000,"
-    "  99999999999999, 86400000, 'fp', 'req', true, 200, '[]', 'body', 'p-1', NULL, NULL, 0, 0, NULL, 0),"
-    " (2, 'mail', 'lost', 'unknown', 2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 1000, 2000, 3000, 0, 86400000,"
-    "  NULL, NULL, false, NULL, NULL, NULL, NULL, 'lease expired', NULL, 3, 5000, 'step one', 0),"
-    " (3, 'mail', 'gone', 'released', 1, 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1000, 2000, 3000, 4000, 1,"
-    "  NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, 0);";
+/* Rows of every old state, written with version 5's columns. */
+#define OLD_ROWS \
+    "INSERT INTO actions (id, scope, key, state, attempt, token, created_at, updated_at, lease_expires_at," \
+    " expires_at, retention_ms, fingerprint, request, has_response, resp_status, resp_headers, resp_body," \
+    " provider_id, error, note, lookups, lookup_next_at, trail, resp_not_stored) VALUES" \
+    " (1, 'mail', 'done', 'completed', 1, '0123456789abcdef0123456789abcdef', 1000, 2000, 3000," \
+    "  99999999999999, 86400000, 'fp', 'req', true, 200, '[]', 'body', 'p-1', NULL, NULL, 0, 0, NULL, 0)," \
+    " (2, 'mail', 'lost', 'unknown', 2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 1000, 2000, 3000, 0, 86400000," \
+    "  NULL, NULL, false, NULL, NULL, NULL, NULL, 'lease expired', NULL, 3, 5000, 'step one', 0)," \
+    " (3, 'mail', 'gone', 'released', 1, 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1000, 2000, 3000, 4000, 1," \
+    "  NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, 0);"
+static const char old_rows[] = OLD_ROWS;
+/* And one swept row (on SQLite), so that the id sequence is ahead of them. */
+static const char old_rows_swept[] =
+    OLD_ROWS "INSERT INTO actions (id, scope, key, state, attempt, token, created_at, updated_at,"
+             " lease_expires_at, retention_ms) VALUES (40, 'mail', 'swept', 'completed', 1, 't', 1, 1, 1, 1);"
+             "DELETE FROM actions WHERE id = 40;";
 
 /* The rows above, as the migrated store reads them. */
 static void check_old_rows(once_store *st)
@@ -760,35 +759,12 @@ static void test_migrate_sqlite(void **state)
 {
     th_env *e = *state;
     assert_int_equal(sqlite_schema_latest(), 9);
-    once_store_close(e->st);
-    e->st = NULL;
-    char p[256];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", e->path, sfx[i]);
-        unlink(p);
-    }
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
-    sq_exec_ok(db, "BEGIN");
-    for (int n = 1; n <= OLD_VERSION; n++)
-        sq_exec_ok(db, sqlite_schema_step(n));
-    sq_exec_ok(db, old_rows);
-    sq_exec_ok(db, "INSERT INTO actions (id, scope, key, state, attempt, token, created_at, updated_at,"
-                   " lease_expires_at, retention_ms) VALUES (40, 'mail', 'swept', 'completed', 1, 't', 1, 1, 1, 1);"
-                   "DELETE FROM actions WHERE id = 40;");
-    char sql[128];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", OLD_VERSION,
-             SQ_APPLICATION_ID);
-    sq_exec_ok(db, sql);
-    sq_exec_ok(db, "COMMIT");
-    sqlite3_close(db);
-
-    th_env_reopen(e);
+    th_sqlite_at(e, OLD_VERSION, old_rows_swept);
     check_old_rows(e->st);
     once_store_close(e->st);
     e->st = NULL;
 
+    sqlite3 *db;
     assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(db,
@@ -810,49 +786,6 @@ static void test_migrate_sqlite(void **state)
     th_env_reopen(e);
 }
 
-/* Runs sql on a connection to e's schema; the first value of its first row
- * (malloc'd) when it returns rows, else "". */
-static char *pg_in_schema(const th_env *e, const char *sql)
-{
-    PGconn *c = PQconnectdb(th_pg_url());
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
-    PQsetNoticeProcessor(c, th_pg_quiet, NULL);
-    char set[128];
-    snprintf(set, sizeof set, "SET search_path TO \"%s\"", e->schema);
-    PQclear(PQexec(c, set));
-    PGresult *res = PQexec(c, sql);
-    ExecStatusType s = PQresultStatus(res);
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-        fail_msg("%.80s...: %s", sql, PQerrorMessage(c));
-    char *v = strdup(s == PGRES_TUPLES_OK && PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
-    assert_non_null(v);
-    PQclear(res);
-    PQfinish(c);
-    return v;
-}
-
-/* Rebuilds e's PostgreSQL schema as a database left at schema version
- * (its steps 1..version) holding rows (SQL), then reopens the store on
- * it, so that the migrations after version run on real old rows. */
-static void pg_schema_at(th_env *e, int version, const char *rows)
-{
-    once_store_close(e->st);
-    e->st = NULL;
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    free(pg_in_schema(e, "CREATE TABLE once_schema (version INTEGER NOT NULL)"));
-    for (int n = 1; n <= version; n++)
-        free(pg_in_schema(e, pg_schema_step(n)));
-    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", version);
-    free(pg_in_schema(e, sql));
-    free(pg_in_schema(e, rows));
-    free(pg_in_schema(e, "SELECT setval('actions_id_seq', 40)"));
-    th_env_reopen(e);
-}
-
 /* A PostgreSQL schema at version 5 migrates: rows kept, and the old
  * once_reserve (of gateways not yet upgraded) answers a row awaiting
  * approval as the new one does instead of re-arming it. */
@@ -860,9 +793,9 @@ static void test_migrate_pg(void **state)
 {
     th_env *e = *state;
     assert_int_equal(pg_schema_latest(), 8);
-    pg_schema_at(e, OLD_VERSION, old_rows);
+    th_pg_at(e, OLD_VERSION, old_rows);
     check_old_rows(e->st);
-    char *v = pg_in_schema(e, "SELECT max(version)::text || ',' || (SELECT min(id) FROM actions WHERE key = 'new')"
+    char *v = th_pg_in_schema(e, "SELECT max(version)::text || ',' || (SELECT min(id) FROM actions WHERE key = 'new')"
                               " FROM once_schema");
     char want[32];
     snprintf(want, sizeof want, "%d,", pg_schema_latest());
@@ -872,7 +805,7 @@ static void test_migrate_pg(void **state)
 
     /* an old gateway's call meets a row awaiting approval: not re-armed */
     reserve_awaiting(e->st, "waits", TTL_MS);
-    v = pg_in_schema(e, "SELECT answer || ',' || state FROM once_reserve('mail', 'waits',"
+    v = th_pg_in_schema(e, "SELECT answer || ',' || state FROM once_reserve('mail', 'waits',"
                         " 'cccccccccccccccccccccccccccccccc', 1, 1000, 1000, NULL, NULL, false)");
     assert_string_equal(v, "awaiting_approval,awaiting_approval");
     free(v);
@@ -928,31 +861,11 @@ static void check_decided_rows(once_store *st)
 static void test_migrate_sqlite_decided(void **state)
 {
     th_env *e = *state;
-    once_store_close(e->st);
-    e->st = NULL;
-    char p[256];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", e->path, sfx[i]);
-        unlink(p);
-    }
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
-    sq_exec_ok(db, "BEGIN");
-    for (int n = 1; n <= SQ_BEFORE_DECIDED; n++)
-        sq_exec_ok(db, sqlite_schema_step(n));
-    sq_exec_ok(db, decided_rows);
-    char sql[128];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", SQ_BEFORE_DECIDED,
-             SQ_APPLICATION_ID);
-    sq_exec_ok(db, sql);
-    sq_exec_ok(db, "COMMIT");
-    sqlite3_close(db);
-
-    th_env_reopen(e);
+    th_sqlite_at(e, SQ_BEFORE_DECIDED, decided_rows);
     check_decided_rows(e->st);
     once_store_close(e->st);
     e->st = NULL;
+    sqlite3 *db;
     assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(db,
@@ -975,20 +888,20 @@ static void test_migrate_sqlite_decided(void **state)
 static void test_migrate_pg_decided(void **state)
 {
     th_env *e = *state;
-    pg_schema_at(e, PG_BEFORE_DECIDED, decided_rows);
+    th_pg_at(e, PG_BEFORE_DECIDED, decided_rows);
     check_decided_rows(e->st);
-    char *v = pg_in_schema(e, "SELECT max(version)::text FROM once_schema");
+    char *v = th_pg_in_schema(e, "SELECT max(version)::text FROM once_schema");
     char want[16];
     snprintf(want, sizeof want, "%d", pg_schema_latest());
     assert_string_equal(v, want);
     free(v);
-    v = pg_in_schema(e, "SELECT decided_by || ',' || decision_note FROM actions WHERE key = 'after'");
+    v = th_pg_in_schema(e, "SELECT decided_by || ',' || decision_note FROM actions WHERE key = 'after'");
     assert_string_equal(v, "carol,new columns");
     free(v);
 
     /* an old gateway's decision: recorded as before, without a name */
     reserve_awaiting(e->st, "old", TTL_MS);
-    v = pg_in_schema(e, "SELECT once_decide('mail', 'old', false, 'by an old node', 'step', 5)");
+    v = th_pg_in_schema(e, "SELECT once_decide('mail', 'old', false, 'by an old node', 'step', 5)");
     assert_string_equal(v, "ok");
     free(v);
     once_action a;
@@ -1002,8 +915,8 @@ static void test_migrate_pg_decided(void **state)
      * the decision is forgotten with the attempt */
     reserve_awaiting(e->st, "rearm", TTL_MS);
     th_assert_rc(once_deny(e->st, S, "rearm", "dave", "no"), 0);
-    free(pg_in_schema(e, "UPDATE actions SET expires_at = 1 WHERE key = 'rearm'"));
-    v = pg_in_schema(e, "SELECT answer || ',' || coalesce(decided_by, '-') || ',' || coalesce(decision_note, '-')"
+    free(th_pg_in_schema(e, "UPDATE actions SET expires_at = 1 WHERE key = 'rearm'"));
+    v = th_pg_in_schema(e, "SELECT answer || ',' || coalesce(decided_by, '-') || ',' || coalesce(decision_note, '-')"
                         " FROM once_reserve('mail', 'rearm', 'cccccccccccccccccccccccccccccccc', 10, 1000, 1000,"
                         " NULL, NULL, false)");
     assert_string_equal(v, "reserved,-,-");

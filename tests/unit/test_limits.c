@@ -9,6 +9,7 @@
  * SQLite (file and memory) and on PostgreSQL.
  */
 #include "helpers.h"
+#include "schema_at.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -566,82 +567,25 @@ static void check_migrated(once_store *st)
 #define SQ_BEFORE_LIMITS 8
 #define PG_BEFORE_LIMITS 7
 
-static void sq_exec_ok(sqlite3 *db, const char *sql)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
-        fail_msg("%.80s: %s", sql, msg ? msg : "?");
-}
 
 static void test_migrate_sqlite(void **state)
 {
     th_env *e = *state;
     assert_int_equal(sqlite_schema_latest(), SQ_BEFORE_LIMITS + 1);
-    once_store_close(e->st);
-    e->st = NULL;
-    char p[256];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", e->path, sfx[i]);
-        unlink(p);
-    }
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
-    sq_exec_ok(db, "BEGIN");
-    for (int n = 1; n <= SQ_BEFORE_LIMITS; n++)
-        sq_exec_ok(db, sqlite_schema_step(n));
-    sq_exec_ok(db, old_rows);
-    char sql[128];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", SQ_BEFORE_LIMITS,
-             SQ_APPLICATION_ID);
-    sq_exec_ok(db, sql);
-    sq_exec_ok(db, "COMMIT");
-    sqlite3_close(db);
-    th_env_reopen(e);
+    th_sqlite_at(e, SQ_BEFORE_LIMITS, old_rows);
     check_migrated(e->st);
-}
-
-/* Runs sql in e's PostgreSQL schema. */
-static void pg_in_schema(const th_env *e, const char *sql)
-{
-    PGconn *c = PQconnectdb(th_pg_url());
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
-    PQsetNoticeProcessor(c, th_pg_quiet, NULL);
-    char set[128];
-    snprintf(set, sizeof set, "SET search_path TO \"%s\"", e->schema);
-    PQclear(PQexec(c, set));
-    PGresult *res = PQexec(c, sql);
-    ExecStatusType s = PQresultStatus(res);
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-        fail_msg("%.80s...: %s", sql, PQerrorMessage(c));
-    PQclear(res);
-    PQfinish(c);
 }
 
 static void test_migrate_pg(void **state)
 {
     th_env *e = *state;
     assert_int_equal(pg_schema_latest(), PG_BEFORE_LIMITS + 1);
-    once_store_close(e->st);
-    e->st = NULL;
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", e->schema);
-    assert_int_equal(th_pg_exec(sql), 0);
-    pg_in_schema(e, "CREATE TABLE once_schema (version INTEGER NOT NULL)");
-    for (int n = 1; n <= PG_BEFORE_LIMITS; n++)
-        pg_in_schema(e, pg_schema_step(n));
-    snprintf(sql, sizeof sql, "INSERT INTO once_schema VALUES (%d)", PG_BEFORE_LIMITS);
-    pg_in_schema(e, sql);
-    pg_in_schema(e, old_rows);
-    pg_in_schema(e, "SELECT setval('actions_id_seq', 40)");
-    th_env_reopen(e);
+    th_pg_at(e, PG_BEFORE_LIMITS, old_rows);
     check_migrated(e->st);
     /* a gateway not yet upgraded reserves through the old signature: no
      * agent, nothing drawn */
-    pg_in_schema(e, "SELECT * FROM once_reserve('pay', 'older', 'cccccccccccccccccccccccccccccccc', 1, 1000, 1000,"
-                    " NULL, NULL, false, 0)");
+    free(th_pg_in_schema(e, "SELECT * FROM once_reserve('pay', 'older', 'cccccccccccccccccccccccccccccccc', 1, 1000, 1000,"
+                    " NULL, NULL, false, 0)"));
     once_action a;
     th_get(e->st, S, "older", &a);
     assert_null(a.agent);
