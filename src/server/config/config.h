@@ -68,8 +68,6 @@ typedef struct upstream_cfg {
                                    PATTERN any characters); "all" is stored as "* *" */
     size_t napprove;
     int64_t approve_ttl_ms;     /* approve_ttl = 24h: undecided after this, denied */
-    int path_grants;            /* an [agent.NAME] allow or limit line has a path rule about this upstream
-                                   (set by the loader): its paths must read one way (target_ambiguous) */
     int limit_approvals;        /* an agent with over_limit = approve has a limit on it (set by the loader):
                                    its actions may wait for a person, so the approvals job claims them */
 

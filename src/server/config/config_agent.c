@@ -280,17 +280,6 @@ static int config_limit_granted(const agent_cfg *a, const agent_limit *l)
     return 0;
 }
 
-/* Marks the upstream a path rule is about (upstream_has_path_rules): a
- * rule that matches one spelling of a path must not be dodged by another. */
-static void config_mark_path_rule(config_ctx *c, grant_kind kind, const char *target, const char *rule)
-{
-    for (size_t u = 0; kind == GRANT_UPSTREAM && rule != NULL && strcmp(rule, "*") != 0 && u < c->cfg->nupstreams;
-         u++) {
-        if (strcmp(c->cfg->upstreams[u].name, target) == 0)
-            c->cfg->upstreams[u].path_grants = 1;
-    }
-}
-
 static int config_agent_finish(config_ctx *c, size_t i)
 {
     agent_cfg *a = &c->cfg->agents[i];
@@ -305,8 +294,6 @@ static int config_agent_finish(config_ctx *c, size_t i)
         if (config_target_exists(c, gr->kind, gr->target, gr->line) != 0 ||
             (gr->kind == GRANT_HOOKS && config_hooks_exist(c, gr) != 0))
             return -1;
-        for (size_t j = 0; j < gr->nitems; j++)
-            config_mark_path_rule(c, gr->kind, gr->target, gr->items[j]);
     }
     for (size_t l = 0; l < a->nlimits; l++) {
         const agent_limit *lim = &a->limits[l];
@@ -315,7 +302,6 @@ static int config_agent_finish(config_ctx *c, size_t i)
         if (!config_limit_granted(a, lim))
             return config_fail_at(c, lim->line, "[agent.%s]: limit '%s': no allow line grants its target",
                                   a->name, lim->text);
-        config_mark_path_rule(c, lim->kind, lim->target, lim->rule);
         for (size_t u = 0; a->over_limit_approve && lim->target != NULL && u < c->cfg->nupstreams; u++)
             c->cfg->upstreams[u].limit_approvals |= strcmp(c->cfg->upstreams[u].name, lim->target) == 0;
         if (asprintf(&a->limits[l].ledger_id, "%s\n%s", a->name, lim->text) < 0) {

@@ -100,7 +100,7 @@ void upstream_call_init(out_call *c, const upstream_cfg *up)
 
 int upstream_has_path_rules(const upstream_cfg *up)
 {
-    return up->napprove > 0 || up->path_grants;
+    return up->napprove > 0;
 }
 
 int upstream_needs_approval(const upstream_cfg *up, const char *method, const char *target)

@@ -54,8 +54,8 @@ int upstream_needs_approval(const upstream_cfg *up, const char *method, const ch
  * call to an upstream forgets one. The caller sets the rest. */
 void upstream_call_init(out_call *c, const upstream_cfg *up);
 
-/* Whether the upstream has rules about paths (approve; an agent's allow or
- * limit lines), so that a target
+/* Whether the upstream has rules about paths of its own (approve; an
+ * agent's allow and limit rules are grants_has_path_rules'), so that a target
  * providers could read in more than one way is refused (target_ambiguous). */
 int upstream_has_path_rules(const upstream_cfg *up);
 
