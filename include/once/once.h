@@ -233,6 +233,16 @@ ONCE_API int once_store_lock(once_store *store);
 typedef void (*once_commit_hook)(void *ctx, size_t batch, double seconds);
 ONCE_API void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ctx);
 
+/* Called after each checkpoint of a SQLite store's WAL (never for
+ * PostgreSQL): by_writer is 1 when the writer thread ran it, so every caller
+ * queued behind the writer waited for it, 0 when the background
+ * checkpointer did; seconds is its duration (a wait for the other's
+ * checkpoint included), frames the WAL's frames and copied those now in the
+ * database. Runs on the thread that checkpointed: keep it cheap. Set it
+ * before other threads use the store; NULL removes it. */
+typedef void (*once_checkpoint_hook)(void *ctx, int by_writer, double seconds, int frames, int copied);
+ONCE_API void once_store_set_checkpoint_hook(once_store *store, once_checkpoint_hook fn, void *ctx);
+
 /* ---- limits: budgets of new attempts ------------------------------------ */
 
 /* One budget a new attempt draws from (docs/agents.md): never more than max

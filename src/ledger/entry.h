@@ -36,6 +36,9 @@ typedef int (*ledger_sweep_fn)(once_store *store, int64_t now, size_t *count);
  * checked (what names the entry point in the detail), then fn; *count (may
  * be NULL) is 0 unless fn succeeds. Pass fn as store ? store->vt->X : NULL. */
 int ledger_sweep(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *count, const char *what);
+/* As ledger_sweep, for a sweep the store does STORE_SWEEP_ROWS rows at a time: called
+ * again while a call deleted that many, each call its own transaction. */
+int ledger_sweep_all(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *count, const char *what);
 
 /* Defines fn, the public free of a list type (items, count) whose records
  * item_free frees: each record, then the array, then the list zeroed (so a

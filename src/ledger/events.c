@@ -160,5 +160,5 @@ int once_event_redeliver(once_store *store, const char *source, const char *even
 
 int once_event_sweep(once_store *store, int64_t now, size_t *count)
 {
-    return ledger_sweep(store, store ? store->vt->event_sweep : NULL, now, count, "event_sweep");
+    return ledger_sweep_all(store, store ? store->vt->event_sweep : NULL, now, count, "event_sweep");
 }

@@ -81,6 +81,14 @@ void once_store_set_commit_hook(once_store *store, once_commit_hook fn, void *ct
     store->commit_hook = fn;
 }
 
+void once_store_set_checkpoint_hook(once_store *store, once_checkpoint_hook fn, void *ctx)
+{
+    if (!store)
+        return;
+    store->checkpoint_hook_ctx = ctx;
+    store->checkpoint_hook = fn;
+}
+
 /* The entry points that fill *out start so; one place keeps their contract: *out is
  * always zeroed before anything can fail past the arguments. */
 int ledger_begin_out(int args_ok, void *out, size_t size, const char *missing)
@@ -366,6 +374,19 @@ int ledger_sweep(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *cou
     return rc;
 }
 
+int ledger_sweep_all(once_store *store, ledger_sweep_fn fn, int64_t now, size_t *count, const char *what)
+{
+    size_t total = 0, n = 0;
+    int rc;
+    do {
+        rc = ledger_sweep(store, fn, now, &n, what);
+        total += n;
+    } while (rc == ONCE_OK && n >= STORE_SWEEP_ROWS);
+    if (count)
+        *count = total;
+    return rc;
+}
+
 /* The sweeps below are ledger_sweep on the store's function. */
 int once_expire_leases(once_store *store, int64_t now, size_t *count)
 {
@@ -509,7 +530,7 @@ int once_reconcile_failed(once_store *store, const char *scope, const char *key,
 
 int once_sweep(once_store *store, int64_t now, size_t *count)
 {
-    return ledger_sweep(store, store ? store->vt->sweep : NULL, now, count, "sweep");
+    return ledger_sweep_all(store, store ? store->vt->sweep : NULL, now, count, "sweep");
 }
 
 /* ---- approvals ----------------------------------------------------------- */

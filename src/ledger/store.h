@@ -61,6 +61,8 @@ typedef struct store_vtable {
                    const char *provider_id, const char *note, int64_t now);
     int (*expire_leases)(once_store *s, int64_t now, size_t *count);
     int (*hold)(once_store *s, const char *scope, const char *key, const char *reason, int64_t now);
+    /* sweep and event_sweep delete at most STORE_SWEEP_ROWS rows a call: the
+     * ledger calls again while a call deleted that many */
     int (*sweep)(once_store *s, int64_t now, size_t *count);
     /* except: NULL, or scopes joined by ',' that are left alone */
     int (*hold_unknown)(once_store *s, const char *scope, const char *except, const char *reason, int64_t now,
@@ -137,11 +139,22 @@ void ledger_answer_reservation(once_reservation *out, once_reserve_status status
  * per store on it (the replay cache). 0, or an error after closing it. */
 int ledger_store_attach(once_store *store);
 
+/* At most this many expired rows go in one sweep's transaction: a day's
+ * worth of rows deleted in one commit made every caller queued behind it
+ * wait (issue 30); in pieces, other operations commit between them. The
+ * stores' SQL holds it as text (STORE_SWEEP_ROWS_SQL, from the number). */
+#define STORE_SWEEP_ROWS 1000
+#define STORE_SWEEP_TEXT(n) #n
+#define STORE_SWEEP_ROWS_TEXT(n) STORE_SWEEP_TEXT(n)
+#define STORE_SWEEP_ROWS_SQL STORE_SWEEP_ROWS_TEXT(STORE_SWEEP_ROWS)
+
 /* The common head of every store; implementations embed it first. */
 struct once_store {
     const store_vtable *vt;
     once_commit_hook commit_hook;
     void *commit_hook_ctx;
+    once_checkpoint_hook checkpoint_hook;
+    void *checkpoint_hook_ctx;
     struct replay_cache *replay; /* the ledger's (ledger/replay_cache.h); NULL until open returns */
 };
 

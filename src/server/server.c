@@ -273,6 +273,7 @@ int server_run(once_config *cfg)
         goto out;
     }
     once_store_set_commit_hook(srv.store, metrics_commit, srv.metrics);
+    once_store_set_checkpoint_hook(srv.store, metrics_checkpoint, srv.metrics);
     if (hooks_start(&srv) < 0)
         goto out;
     int pushes = 0;

@@ -26,8 +26,9 @@ const stmt_def pg_stmts[] = {
                  "THEN error WHEN error IS NULL THEN $2 ELSE $2 || ' (after: ' || error || ')' END "
                  "WHERE state = 'unknown' AND ($3::text IS NULL OR scope = $3) "
                  "AND ($4::text IS NULL OR position(',' || scope || ',' in ',' || $4 || ',') = 0)"},
-    {"sweep", "DELETE FROM actions WHERE state IN ('completed','released','denied') AND expires_at > 0 "
-              "AND expires_at <= $1"},
+    {"sweep", "DELETE FROM actions WHERE id IN (SELECT id FROM actions WHERE state IN "
+              "('completed','released','denied') AND expires_at > 0 AND expires_at <= $1 "
+              "LIMIT " STORE_SWEEP_ROWS_SQL ")"},
     {"get", "SELECT " A_COLS " FROM actions WHERE scope = $1 AND key = $2"},
     /* A page stops where its bodies pass $5 bytes (one row at least), so
      * a page of 1000 large rows never sits whole in a libpq result: the
@@ -95,7 +96,8 @@ const stmt_def pg_stmts[] = {
                        "a.agent, a.charges, a.waits_for_limit"},
     {"approval_oldest", "SELECT coalesce(min(created_at), 0) FROM actions WHERE state = 'awaiting_approval' "
                         "AND approved_at = 0"},
-    {"ev_sweep", "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= $1"},
+    {"ev_sweep", "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state IN ('delivered','dead') "
+                 "AND expires_at > 0 AND expires_at <= $1 LIMIT " STORE_SWEEP_ROWS_SQL ")"},
     /* limits: the use of one budget from its first counted bucket on */
     {"limit_use", "SELECT coalesce(sum(used), 0), min(bucket) FILTER (WHERE used > 0) FROM limit_use "
                   "WHERE lim = $1 AND bucket >= $2"},

@@ -60,7 +60,8 @@ static const char *const ev_sql[EV_COUNT] = {
                 "AND (?3 IS NULL OR state = ?3) ORDER BY id LIMIT ?4",
     [EV_REDELIVER] = "UPDATE events SET state = 'pending', next_at = ?2, claim_until = 0, receipt = NULL, "
                      "expires_at = 0, updated_at = ?2 WHERE id = ?1",
-    [EV_SWEEP] = "DELETE FROM events WHERE state IN ('delivered','dead') AND expires_at > 0 AND expires_at <= ?1",
+    [EV_SWEEP] = "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state IN ('delivered','dead') "
+                 "AND expires_at > 0 AND expires_at <= ?1 LIMIT " STORE_SWEEP_ROWS_SQL ")",
 };
 
 static sqlite3_stmt *ev_stmt(sq_conn *c, store_op *op, enum sq_ev_stmt i)

@@ -77,8 +77,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                    "expires_at = ?5 + retention_ms WHERE id = ?1",
     [ST_EXPIRE] = "UPDATE actions SET state = 'unknown', error = '" ONCE_REASON_LEASE_EXPIRED "', updated_at = ?1 "
                   "WHERE state = 'pending' AND lease_expires_at <= ?1",
-    [ST_SWEEP] = "DELETE FROM actions WHERE state IN ('completed','released','denied') AND expires_at > 0 "
-                 "AND expires_at <= ?1",
+    [ST_SWEEP] = "DELETE FROM actions WHERE id IN (SELECT id FROM actions WHERE state IN "
+                 "('completed','released','denied') AND expires_at > 0 AND expires_at <= ?1 "
+                 "LIMIT " STORE_SWEEP_ROWS_SQL ")",
     [ST_HOLD_ALL] = "UPDATE actions SET state = 'held', error = CASE WHEN ?2 IS NULL THEN error "
                     "WHEN error IS NULL THEN ?2 ELSE ?2 || ' (after: ' || error || ')' END, updated_at = ?1 "
                     "WHERE state = 'unknown' AND (?3 IS NULL OR scope = ?3) "

@@ -39,7 +39,9 @@
 #define CHECKPOINT_PAGES 1000 /* about 4 MiB of WAL */
 #define CKPT_PACE_MS 500      /* between two checkpoints under load */
 #define CKPT_CONVERGE_PASSES 4 /* more passes, at most, before the writer finishes a round */
-#define CKPT_TAIL_FRAMES 128  /* a pass that copied fewer: the tail left is short */
+#define CKPT_TAIL_FRAMES 128  /* a tail this short is the writer's to copy: the WAL then starts over */
+#define CKPT_TAIL_MAX 1024    /* a longer one is left to the checkpointer, whatever the writer was asked */
+#define CKPT_IDLE_MS 1000     /* no commit for this long: the checkpointer may truncate the WAL */
 #define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
 
 typedef struct sq_store {
@@ -70,6 +72,9 @@ typedef struct sq_store {
     int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
     int trunc_wanted;       /* writer thread only: the WAL passed its bound, truncate after this commit */
     _Atomic int restart_wanted; /* the checkpointer copied most of a long WAL: the writer finishes and restarts it */
+    _Atomic int wal_frames;     /* frames in the WAL after the last commit (the WAL hook's count) */
+    _Atomic int wal_copied;     /* of those, the frames the last checkpoint had copied */
+    _Atomic int64_t commit_ms;  /* when the last commit ended (clock_mono_ms) */
 
     sq_sync sync; /* a file store's durability pipeline */
 } sq_store;
@@ -77,6 +82,7 @@ typedef struct sq_store {
 /* ---- group commit ------------------------------------------------------ */
 
 static void wal_checkpoint(sq_store *s, int mode);
+static void wal_finish(sq_store *s);
 
 static int tx_exec(sqlite3 *db, const char *sql, int *sqlrc)
 {
@@ -146,8 +152,8 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
     FAULT_POINT("after_commit");
     if (s->trunc_wanted)
         wal_checkpoint(s, SQLITE_CHECKPOINT_TRUNCATE);
-    else if (atomic_exchange(&s->restart_wanted, 0))
-        wal_checkpoint(s, SQLITE_CHECKPOINT_PASSIVE);
+    else if (atomic_load(&s->restart_wanted))
+        wal_finish(s);
 }
 
 /* The commit hook gets each batch's time from BEGIN to durable. */
@@ -220,19 +226,31 @@ static int read_must_queue(sq_store *s, once_cb cb)
 
 /* ---- checkpoints ------------------------------------------------------- */
 
+/* Under a sustained load the checkpoints, not the commits, made the slow
+ * seconds (issue 30): the writer copied tens of MB into the database when
+ * the WAL passed its bound, waited for the checkpointer's pass to end
+ * before its own, and the checkpointer's TRUNCATE took the write lock from
+ * it. Now the copying is the checkpointer's: the writer's only part is the
+ * last few frames of a round, after a commit, which the WAL needs to start
+ * over from its beginning (SQLite restarts a WAL only when a writer begins
+ * with every frame copied, and under load the writer is always about to
+ * begin). It never waits for the checkpointer, and never copies a long
+ * tail; the bound (wal_max) stays a hard one, kept by the writer only when
+ * the checkpointer cannot keep up with the disk. */
+
 /* Runs on the writer thread after each commit, pages being the frames now
  * in the WAL. Past the bound (wal_max) the writer itself truncates it
  * (wal_checkpoint), between two transactions: it is the one connection a
- * TRUNCATE checkpoint would otherwise wait for, and under a sustained load
- * it never stops writing, so a checkpointer thread waiting for it let the
- * WAL overshoot (a 5-minute soak peaked at 234 MB with a 64 MiB bound). The
- * file never grows past the bound by more than one batch. Below the bound
- * the checkpointer copies frames back (PASSIVE) off the commit path. */
+ * TRUNCATE checkpoint would otherwise wait for. The file never grows past
+ * the bound by more than one batch. Below the bound the checkpointer
+ * copies frames back (PASSIVE) off the commit path. */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
     sq_store *s = arg;
     (void)db;
     (void)name;
+    atomic_store(&s->wal_frames, pages);
+    atomic_store(&s->commit_ms, clock_mono_ms());
     /* While the checkpointer sits out its pace, a wake-up would only send
      * it back to sleep: under load that was one futex call on the commit
      * path and one context switch per commit (~650/s). */
@@ -249,35 +267,65 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 }
 
 /* One checkpoint on db, the writer's or the checkpointer's connection:
- * they take turns (a second checkpoint while one runs fails at once). */
-static int ckpt_pass(sq_store *s, sqlite3 *db, int mode, int *frames, int *copied)
+ * they take turns (a second checkpoint while one runs fails at once).
+ * Without wait, it is not run when the other's is under way: 1. The
+ * checkpoint hook hears of each, the wait for the other's turn included
+ * (that wait is the writer's stall too). */
+static int ckpt_pass(sq_store *s, sqlite3 *db, int by_writer, int wait, int mode, int *frames, int *copied)
 {
-    pthread_mutex_lock(&s->ckpt_run_mu);
+    double t0 = clock_mono_seconds();
+    if (wait)
+        pthread_mutex_lock(&s->ckpt_run_mu);
+    else if (pthread_mutex_trylock(&s->ckpt_run_mu) != 0)
+        return 1;
     int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
     pthread_mutex_unlock(&s->ckpt_run_mu);
+    if (rc == SQLITE_OK && *copied >= 0)
+        atomic_store(&s->wal_copied, *copied);
+    once_checkpoint_hook hook = s->head.base.checkpoint_hook;
+    if (hook)
+        hook(s->head.base.checkpoint_hook_ctx, by_writer, clock_mono_seconds() - t0, *frames, *copied);
     return rc;
 }
 
-/* The writer's own checkpoint, after the COMMIT that asked for it returned:
- * TRUNCATE past the bound (waiting, with the busy timeout, for readers of
- * old frames, which are short; if one outlasts it, the next commit tries
- * again), or PASSIVE to finish a round of the checkpointer's: the few
- * frames left are copied, and with none left the writer's next transaction
- * starts the WAL over from its beginning (the file keeps its size and is
- * written over, so the syncs that follow do not grow it). A reader of an
- * old snapshot may hold frames back; PASSIVE does not wait for it, and the
- * next commit tries again (copying nothing new costs no sync).
- * synchronous=NORMAL makes SQLite sync the WAL before copying and the
- * database after, so the batches the syncer has not reached yet are
- * durable by the time their frames go. A checkpoint of the checkpointer's
- * would make this one fail at once: wait for it. */
+/* The writer's TRUNCATE past the bound, after the COMMIT that passed it:
+ * it waits for the checkpointer's pass and (with the busy timeout) for
+ * readers of old frames, which are short; if one outlasts it, the next
+ * commit tries again. synchronous=NORMAL makes SQLite sync the WAL before
+ * copying and the database after, so the batches the syncer has not
+ * reached yet are durable by the time their frames go. */
 static void wal_checkpoint(sq_store *s, int mode)
 {
     s->trunc_wanted = 0;
     int frames = 0, copied = 0;
-    int rc = ckpt_pass(s, s->writer.db, mode, &frames, &copied);
-    if (mode == SQLITE_CHECKPOINT_PASSIVE && (rc != SQLITE_OK || copied < frames))
-        atomic_store(&s->restart_wanted, 1);
+    ckpt_pass(s, s->writer.db, 1, 1, mode, &frames, &copied);
+}
+
+/* The writer finishes a round of the checkpointer's: the few frames the
+ * commits added during its last pass are copied, and with none left the
+ * writer's next transaction starts the WAL over from its beginning (the
+ * file keeps its size and is written over, so the syncs that follow do not
+ * grow it). Its stop is the sync of those frames, so a tail longer than
+ * CKPT_TAIL_MAX goes back to the checkpointer, and while the checkpointer
+ * copies, the writer does not wait: the next commit tries again. A reader
+ * of an old snapshot may hold frames back; PASSIVE does not wait for it,
+ * and the next commit tries again (copying nothing new costs no sync). */
+static void wal_finish(sq_store *s)
+{
+    int tail = atomic_load(&s->wal_frames) - atomic_load(&s->wal_copied);
+    if (tail > CKPT_TAIL_MAX) {
+        atomic_store(&s->restart_wanted, 0);
+        pthread_mutex_lock(&s->ckpt_mu);
+        s->ckpt_wanted = 1;
+        if (s->ckpt_waiting)
+            pthread_cond_signal(&s->ckpt_cv);
+        pthread_mutex_unlock(&s->ckpt_mu);
+        return;
+    }
+    int frames = 0, copied = 0;
+    int rc = ckpt_pass(s, s->writer.db, 1, 0, SQLITE_CHECKPOINT_PASSIVE, &frames, &copied);
+    if (rc == SQLITE_OK && copied >= frames)
+        atomic_store(&s->restart_wanted, 0);
 }
 
 /* The size of the WAL file (0 when there is none). */
@@ -294,6 +342,45 @@ static int sq_wal_bytes(const sq_store *s, int64_t *out)
     return ONCE_OK;
 }
 
+/* PASSIVE never waits for readers or the writer: it copies what it can and
+ * leaves the rest for the next round. TRUNCATE takes the write lock, so
+ * the writer would wait for the whole copy: it is used only for a WAL left
+ * over the bound (a bound lowered, or a file from before) with no commit
+ * for CKPT_IDLE_MS. */
+static int ckpt_mode(sq_store *s, int64_t limit)
+{
+    int64_t wal = 0;
+    int idle = clock_mono_ms() - atomic_load(&s->commit_ms) >= CKPT_IDLE_MS;
+    return idle && sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
+                                                                    : SQLITE_CHECKPOINT_PASSIVE;
+}
+
+/* One round of the checkpointer's. Under a steady load the WAL is never
+ * all copied when the writer begins, so it never starts over: it would
+ * grow to the bound and the writer would stop there for a long TRUNCATE.
+ * Past a quarter of the bound, more passes copy what the commits added
+ * during the last one, while that shrinks; when the tail is short the
+ * writer is asked to finish (wal_finish). 1 when the round ended behind
+ * (the tail still long): the next one starts without the pace. */
+static int ckpt_round(sq_store *s, sqlite3 *db, int64_t limit)
+{
+    int mode = ckpt_mode(s, limit);
+    int frames = 0, copied = 0;
+    int rc = ckpt_pass(s, db, 0, 1, mode, &frames, &copied);
+    if (rc != SQLITE_OK || mode != SQLITE_CHECKPOINT_PASSIVE || (int64_t)frames * s->frame_bytes <= limit / 4)
+        return 0;
+    int tail = atomic_load(&s->wal_frames) - copied;
+    for (int pass = 0; pass < CKPT_CONVERGE_PASSES && tail > CKPT_TAIL_FRAMES; pass++) {
+        if (ckpt_pass(s, db, 0, 1, mode, &frames, &copied) != SQLITE_OK)
+            return 0;
+        tail = atomic_load(&s->wal_frames) - copied;
+    }
+    if (tail > CKPT_TAIL_MAX)
+        return 1;
+    atomic_store(&s->restart_wanted, 1);
+    return 0;
+}
+
 static void *ckpt_main(void *arg)
 {
     sq_store *s = arg;
@@ -307,9 +394,10 @@ static void *ckpt_main(void *arg)
         sq_conn_close(&c);
         return NULL;
     }
+    int behind = 0;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
-        if (!s->ckpt_wanted) {
+        if (!s->ckpt_wanted && !behind) {
             s->ckpt_waiting = 1;
             clock_cond_wait_ms(&s->ckpt_cv, &s->ckpt_mu, 1000);
             s->ckpt_waiting = 0;
@@ -319,35 +407,12 @@ static void *ckpt_main(void *arg)
         s->ckpt_wanted = 0;
         int64_t limit = s->wal_limit;
         pthread_mutex_unlock(&s->ckpt_mu);
-        /* PASSIVE never waits for readers or the writer: it copies what it
-         * can and leaves the rest for the next round. A WAL left over the
-         * bound while idle (a bound lowered, or a file from before) is
-         * truncated here: with no commits there is no writer to wait for. */
-        int64_t wal = 0;
-        int mode = sq_wal_bytes(s, &wal) == ONCE_OK && wal > limit ? SQLITE_CHECKPOINT_TRUNCATE
-                                                                     : SQLITE_CHECKPOINT_PASSIVE;
-        int frames = 0, copied = 0;
-        int rc = ckpt_pass(s, c.db, mode, &frames, &copied);
-        /* Under a steady load the WAL is never all copied when the writer
-         * begins, so it never starts over: it would grow to the bound and
-         * the writer would stop for a long checkpoint there. Past a quarter
-         * of the bound, more passes copy what the commits added during the
-         * last one, while that shrinks; then the writer finishes, after its
-         * next commit, when a few frames are left (its stop is the sync of
-         * those), and the WAL starts over (wal_checkpoint). */
-        if (rc == SQLITE_OK && mode == SQLITE_CHECKPOINT_PASSIVE && (int64_t)frames * s->frame_bytes > limit / 4) {
-            for (int pass = 0; pass < CKPT_CONVERGE_PASSES; pass++) {
-                int before = copied;
-                if (ckpt_pass(s, c.db, mode, &frames, &copied) != SQLITE_OK || copied - before < CKPT_TAIL_FRAMES)
-                    break;
-            }
-            atomic_store(&s->restart_wanted, 1);
-        }
+        behind = ckpt_round(s, c.db, limit);
         /* Paced: a page changed by many commits is copied once per round,
          * not once per commit (each round costs a sync of the WAL and of
          * the database, and the copies compete with the commits' fsync). */
         pthread_mutex_lock(&s->ckpt_mu);
-        double until = clock_mono_seconds() + CKPT_PACE_MS / 1000.0;
+        double until = clock_mono_seconds() + (behind ? 0 : CKPT_PACE_MS / 1000.0);
         while (!s->ckpt_stop && clock_mono_seconds() < until)
             clock_cond_wait_ms(&s->ckpt_cv, &s->ckpt_mu, (int64_t)((until - clock_mono_seconds()) * 1000) + 1);
     }

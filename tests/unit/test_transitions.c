@@ -4,6 +4,7 @@
  */
 #include "helpers.h"
 
+#include <pthread.h>
 #include <sys/wait.h>
 
 #include "ledger/store.h"
@@ -623,6 +624,79 @@ static void test_sweep(void **state)
     th_reserve_new(e->st, S, "c1", tok, 1);
 }
 
+/* Many rows in one sweep go in pieces of STORE_SWEEP_ROWS, each its own
+ * commit (issue 30: a day's rows deleted in one transaction stalled every
+ * caller queued behind it), and the count is the whole. */
+#define SWEEP_MANY (2 * STORE_SWEEP_ROWS + 345)
+
+typedef struct sweep_fill {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t done, failed;
+} sweep_fill;
+
+static void sweep_fill_cb(void *ctx, int rc, const char *detail)
+{
+    sweep_fill *f = ctx;
+    (void)detail;
+    pthread_mutex_lock(&f->mu);
+    f->done++;
+    f->failed += rc < 0;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void sweep_fill_wait(sweep_fill *f, size_t n)
+{
+    pthread_mutex_lock(&f->mu);
+    while (f->done < n)
+        pthread_cond_wait(&f->cv, &f->mu);
+    f->done = 0;
+    pthread_mutex_unlock(&f->mu);
+    assert_int_equal(f->failed, 0);
+}
+
+static void count_commit(void *ctx, size_t batch, double seconds)
+{
+    (void)batch;
+    (void)seconds;
+    (*(size_t *)ctx)++;
+}
+
+static void test_sweep_in_pieces(void **state)
+{
+    th_env *e = *state;
+    static char keys[SWEEP_MANY][16];
+    static once_reserve_req reqs[SWEEP_MANY];
+    static once_reservation rs[SWEEP_MANY];
+    sweep_fill f = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (size_t i = 0; i < SWEEP_MANY; i++) {
+        snprintf(keys[i], sizeof keys[i], "m%zu", i);
+        reqs[i] = th_req(S, keys[i], 60000);
+        reqs[i].retention_ms = 1000;
+        assert_int_equal(once_reserve_async(e->st, &reqs[i], &rs[i], sweep_fill_cb, &f), 0);
+    }
+    sweep_fill_wait(&f, SWEEP_MANY);
+    for (size_t i = 0; i < SWEEP_MANY; i++) {
+        assert_int_equal(rs[i].status, ONCE_RESERVED);
+        assert_int_equal(once_complete_async(e->st, S, keys[i], rs[i].token, NULL, NULL, sweep_fill_cb, &f), 0);
+    }
+    sweep_fill_wait(&f, SWEEP_MANY);
+    for (size_t i = 0; i < SWEEP_MANY; i++)
+        once_reservation_free(&rs[i]);
+
+    size_t commits = 0, n = 0;
+    once_store_set_commit_hook(e->st, count_commit, &commits);
+    th_assert_rc(once_sweep(e->st, once_now_ms() + 10LL * 365 * DAY_MS, &n), 0);
+    once_store_set_commit_hook(e->st, NULL, NULL);
+    assert_int_equal(n, SWEEP_MANY);
+    assert_true(commits >= 3);
+    once_action a;
+    th_assert_rc(once_get(e->st, S, keys[SWEEP_MANY - 1], &a), ONCE_ENOTFOUND);
+    th_assert_rc(once_sweep(e->st, once_now_ms() + 10LL * 365 * DAY_MS, &n), 0);
+    assert_int_equal(n, 0);
+}
+
 /* The sweep honours each row's own retention, "at or before now". */
 static void test_sweep_boundary(void **state)
 {
@@ -951,6 +1025,8 @@ int main(void)
         P(test_reserve_fresh),
         T(test_complete),
         P(test_complete),
+        T(test_sweep_in_pieces),
+        P(test_sweep_in_pieces),
         T(test_complete_null_response),
         P(test_complete_null_response),
         T(test_complete_body_not_stored),

@@ -90,6 +90,8 @@ struct metrics {
     scope_stats *scopes;
     _Atomic size_t nscopes; /* entries [0, nscopes) are complete; added under mu */
     histogram commit;
+    histogram checkpoint[2]; /* [0] the background checkpointer's, [1] the writer's */
+    unsigned long long checkpoint_copied[2];
     histogram batch;
     histogram webhook_ack;
     _Atomic unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
@@ -264,6 +266,18 @@ void metrics_commit(void *arg, size_t batch, double seconds)
     pthread_mutex_lock(&m->mu);
     observe(&m->commit, seconds_buckets, NSEC, seconds);
     observe(&m->batch, batch_buckets, NBATCH, (double)batch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_checkpoint(void *arg, int by_writer, double seconds, int frames, int copied)
+{
+    metrics *m = arg;
+    (void)frames;
+    int who = by_writer ? 1 : 0;
+    pthread_mutex_lock(&m->mu);
+    observe(&m->checkpoint[who], seconds_buckets, NSEC, seconds);
+    if (copied > 0)
+        m->checkpoint_copied[who] += (unsigned long long)copied;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -463,6 +477,16 @@ int metrics_render(metrics *m, buf *b)
     rc |= out(b, "# HELP once_store_commit_seconds Durable group commits, BEGIN to synced COMMIT.\n"
                  "# TYPE once_store_commit_seconds histogram\n");
     rc |= render_hist(b, "once_store_commit_seconds", "", &m->commit, seconds_buckets, NSEC);
+    rc |= out(b, "# HELP once_store_checkpoint_seconds Checkpoints of the SQLite WAL: by the writer (commits "
+                 "waited) or in the background.\n# TYPE once_store_checkpoint_seconds histogram\n");
+    rc |= render_hist(b, "once_store_checkpoint_seconds", "by=\"background\"", &m->checkpoint[0], seconds_buckets,
+                      NSEC);
+    rc |= render_hist(b, "once_store_checkpoint_seconds", "by=\"writer\"", &m->checkpoint[1], seconds_buckets, NSEC);
+    rc |= out(b, "# HELP once_store_checkpoint_frames_total WAL frames copied into the database.\n"
+                 "# TYPE once_store_checkpoint_frames_total counter\n"
+                 "once_store_checkpoint_frames_total{by=\"background\"} %llu\n"
+                 "once_store_checkpoint_frames_total{by=\"writer\"} %llu\n",
+              m->checkpoint_copied[0], m->checkpoint_copied[1]);
     rc |= out(b, "# HELP once_group_commit_batch_size Operations per durable commit.\n"
                  "# TYPE once_group_commit_batch_size histogram\n");
     rc |= render_hist(b, "once_group_commit_batch_size", "", &m->batch, batch_buckets, NBATCH);

@@ -43,6 +43,8 @@ void metrics_upstream(metrics *m, const char *scope, double seconds);
 void metrics_http(metrics *m, unsigned status);
 /* Fits once_commit_hook: counts a group commit. */
 void metrics_commit(void *m, size_t batch, double seconds);
+/* Fits once_checkpoint_hook: times a checkpoint of the SQLite WAL. */
+void metrics_checkpoint(void *m, int by_writer, double seconds, int frames, int copied);
 void metrics_lease(metrics *m, size_t expired, size_t held);
 void metrics_webhook(metrics *m, const char *source, metric_webhook w);
 void metrics_delivery(metrics *m, const char *source, metric_delivery d);
