@@ -91,7 +91,6 @@ struct metrics {
     _Atomic size_t nscopes; /* entries [0, nscopes) are complete; added under mu */
     histogram commit;
     histogram checkpoint[2]; /* [0] the background checkpointer's, [1] the writer's */
-    unsigned long long checkpoint_copied[2];
     histogram batch;
     histogram webhook_ack;
     _Atomic unsigned long long http[6]; /* 1xx..5xx by class, [0] unused */
@@ -273,11 +272,9 @@ void metrics_checkpoint(void *arg, int by_writer, double seconds, int frames, in
 {
     metrics *m = arg;
     (void)frames;
-    int who = by_writer ? 1 : 0;
+    (void)copied;
     pthread_mutex_lock(&m->mu);
-    observe(&m->checkpoint[who], seconds_buckets, NSEC, seconds);
-    if (copied > 0)
-        m->checkpoint_copied[who] += (unsigned long long)copied;
+    observe(&m->checkpoint[by_writer ? 1 : 0], seconds_buckets, NSEC, seconds);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -482,11 +479,6 @@ int metrics_render(metrics *m, buf *b)
     rc |= render_hist(b, "once_store_checkpoint_seconds", "by=\"background\"", &m->checkpoint[0], seconds_buckets,
                       NSEC);
     rc |= render_hist(b, "once_store_checkpoint_seconds", "by=\"writer\"", &m->checkpoint[1], seconds_buckets, NSEC);
-    rc |= out(b, "# HELP once_store_checkpoint_frames_total WAL frames copied into the database.\n"
-                 "# TYPE once_store_checkpoint_frames_total counter\n"
-                 "once_store_checkpoint_frames_total{by=\"background\"} %llu\n"
-                 "once_store_checkpoint_frames_total{by=\"writer\"} %llu\n",
-              m->checkpoint_copied[0], m->checkpoint_copied[1]);
     rc |= out(b, "# HELP once_group_commit_batch_size Operations per durable commit.\n"
                  "# TYPE once_group_commit_batch_size histogram\n");
     rc |= render_hist(b, "once_group_commit_batch_size", "", &m->batch, batch_buckets, NBATCH);
