@@ -42,7 +42,7 @@ static const char *const ev_sql[EV_COUNT] = {
                   "content_type, headers, body, digest) VALUES (?1, ?2, 'pending', ?3, ?3, ?3, ?4, ?5, ?6, ?7, ?8) "
                   "ON CONFLICT DO NOTHING",
     [EV_SELECT] = "SELECT " EV_COLS " FROM events WHERE source = ?1 AND event_id = ?2",
-    [EV_EXISTS] = "SELECT 1 FROM events WHERE source = ?1 AND (event_id = ?2 OR digest = ?3)",
+    [EV_EXISTS] = "SELECT id FROM events WHERE source = ?1 AND (event_id = ?2 OR digest = ?3)",
     [EV_SELECT_ID] = "SELECT " EV_COLS " FROM events WHERE id = ?1",
     [EV_DUE] = "SELECT id, coalesce(length(body), 0) + coalesce(length(CAST(headers AS BLOB)), 0) FROM events "
                "WHERE source = ?1 "
@@ -107,11 +107,12 @@ const sq_rows sq_event_rows = {event_item, sizeof(once_event), E_ID, {E_BODY, E_
                                "list events"};
 
 /* Is (source, event_id) stored? 1 yes, 0 no, -1 error (op failed). */
-int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev)
+int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev, int64_t *id)
 {
     sqlite3_stmt *st = ev_stmt(c, op, EV_EXISTS);
     int found = sq_find(c, op, st, "event lookup",
                         SQ_VALS(SQ_TEXT(ev->source), SQ_TEXT(ev->event_id), SQ_TEXT(ev->digest)));
+    *id = found == 1 ? sqlite3_column_int64(st, 0) : 0;
     sq_done(st);
     return found;
 }
@@ -149,6 +150,8 @@ static void op_insert(sq_conn *c, store_op *op)
         return;
     /* The unique constraint decides: a duplicate changes nothing. */
     *op->inserted = sqlite3_changes(c->db) == 1;
+    if (*op->inserted)
+        c->last_event_id = sqlite3_last_insert_rowid(c->db);
     op->rc = ONCE_OK;
 }
 

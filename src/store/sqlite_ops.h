@@ -69,6 +69,7 @@ typedef struct sq_conn {
     sqlite3_stmt *st[ST_COUNT];
     sqlite3_stmt *ev[EV_COUNT];
     sqlite3_stmt *ap[AP_COUNT];
+    int64_t last_event_id; /* the writer's: the newest events row it inserted (0 none yet) */
 } sq_conn;
 
 /* Opens path with the connection settings once relies on. */
@@ -196,8 +197,8 @@ void sq_approval_run(sq_conn *c, store_op *op);
 
 /* The webhook event operations (sqlite_events.c). */
 void sq_event_run(sq_conn *c, store_op *op);
-/* 1 when (source, event_id) or the digest is stored, 0 when not, -1 on
- * error (op failed). */
-int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev);
+/* 1 when (source, event_id) or the digest is stored (*id: a row that has
+ * it), 0 when not, -1 on error (op failed). */
+int sq_event_exists(sq_conn *c, store_op *op, const once_event_in *ev, int64_t *id);
 
 #endif

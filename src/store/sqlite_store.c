@@ -75,6 +75,7 @@ typedef struct sq_store {
     _Atomic int wal_frames;     /* frames in the WAL after the last commit (the WAL hook's count) */
     _Atomic int wal_copied;     /* of those, the frames the last checkpoint had copied */
     _Atomic int64_t commit_ms;  /* when the last commit ended (clock_mono_ms) */
+    _Atomic int64_t durable_event_id; /* every events row up to this id is on disk */
 
     sq_sync sync; /* a file store's durability pipeline */
 } sq_store;
@@ -118,7 +119,8 @@ static void batch_refuse(store_op **ops, size_t n, const char *why)
         store_op_fail(ops[i], ONCE_ESTORE, "store: %s", why);
 }
 
-static void batch_run(sq_store *s, store_op **ops, size_t n)
+/* 1 when the batch committed, 0 when nothing of it did. */
+static int batch_run(sq_store *s, store_op **ops, size_t n)
 {
     sqlite3 *db = s->writer.db;
     int sqlrc;
@@ -126,7 +128,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
         ops[i]->rc = ONCE_ESTORE;
     if (tx_exec(db, "BEGIN IMMEDIATE", &sqlrc) < 0) {
         batch_void(ops, n, code_of(sqlrc), "begin", sqlite3_errmsg(db));
-        return;
+        return 0;
     }
     for (size_t i = 0; i < n; i++) {
         sq_op_run(&s->writer, ops[i]);
@@ -138,7 +140,7 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
             int code = ops[i]->rc;
             for (size_t j = 0; j < n; j++)
                 store_op_void(ops[j], code, "the transaction was rolled back: %s", msg);
-            return;
+            return 0;
         }
     }
     FAULT_POINT("before_commit");
@@ -147,14 +149,29 @@ static void batch_run(sq_store *s, store_op **ops, size_t n)
         snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(db));
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
         batch_void(ops, n, code_of(sqlrc), "commit", msg);
-        return;
+        return 0;
     }
     FAULT_POINT("after_commit");
     if (s->trunc_wanted)
         wal_checkpoint(s, SQLITE_CHECKPOINT_TRUNCATE);
     else if (atomic_load(&s->restart_wanted))
         wal_finish(s);
+    return 1;
 }
+
+/* The writer runs batch b; b->event_id is the newest events row it
+ * committed, for duplicates that a read finds (sqs_event_insert). A batch
+ * rolled back leaves the writer's count where it was: SQLite may give its
+ * ids again. */
+static void batch_commit(sq_store *s, sq_batch *b)
+{
+    int64_t before = s->writer.last_event_id;
+    if (batch_run(s, (store_op **)b->items, b->n))
+        b->event_id = s->writer.last_event_id > before ? s->writer.last_event_id : 0;
+    else
+        s->writer.last_event_id = before;
+}
+
 
 /* The commit hook gets each batch's time from BEGIN to durable. */
 static void batch_hook(sq_store *s, const sq_batch *b)
@@ -168,10 +185,13 @@ static void batch_hook(sq_store *s, const sq_batch *b)
 static void batch_finish(void *ctx, sq_batch *b, int failed, const char *why)
 {
     sq_store *s = ctx;
-    if (failed)
+    if (failed) {
         batch_void((store_op **)b->items, b->n, ONCE_ESTORE, "store", why);
-    else
+    } else {
+        if (b->event_id > 0) /* batches finish in the order they committed */
+            atomic_store(&s->durable_event_id, b->event_id);
         batch_hook(s, b);
+    }
     bq_finish(&s->head.queue, b->items, b->n);
 }
 
@@ -181,6 +201,7 @@ static void writer_memory(sq_store *s)
     sq_batch b;
     while ((b.n = bq_take(&s->head.queue, b.items, SQ_BATCH_MAX)) > 0) {
         b.t0 = clock_mono_seconds();
+        b.event_id = 0;
         batch_run(s, (store_op **)b.items, b.n);
         batch_finish(s, &b, 0, "");
     }
@@ -200,11 +221,12 @@ static void *writer_main(void *arg)
         if (b->n == 0)
             break;
         b->t0 = clock_mono_seconds();
+        b->event_id = 0;
         /* Readers may see the batch from inside its COMMIT on. */
         if (sq_sync_begin(&s->sync))
             batch_refuse((store_op **)b->items, b->n, sq_sync_why(&s->sync));
         else
-            batch_run(s, (store_op **)b->items, b->n);
+            batch_commit(s, b);
         sq_sync_commit(&s->sync);
     }
     return NULL;
@@ -549,12 +571,18 @@ static int sqs_event_insert(once_store *st, const once_event_in *ev, int64_t now
         int rc = pool_get(s, &c);
         if (rc < 0)
             return rc;
-        int found = sq_event_exists(c, &op, ev);
+        int64_t id = 0;
+        int found = sq_event_exists(c, &op, ev, &id);
         pool_put(s, c);
         if (found < 0)
             return store_op_result(&op);
-        if (found && !read_must_queue(s, cb)) {
-            if ((rc = read_durable(s)) < 0)
+        /* A row the syncer has covered is durable, whatever is committed
+         * behind it: under a steady flow of new events the store is never
+         * settled, and duplicates waited in the writer's queue behind them
+         * (issue 30). */
+        int durable = found && id <= atomic_load(&s->durable_event_id);
+        if (durable || (found && !read_must_queue(s, cb))) {
+            if (!durable && (rc = read_durable(s)) < 0)
                 return rc;
             *inserted = 0;
             return cb ? 1 : ONCE_OK;
@@ -698,6 +726,21 @@ static int wal_path_find(sq_store *s)
     return s->wal_path ? ONCE_OK : once_fail(ONCE_ENOMEM, "store: out of memory");
 }
 
+/* The events already in the file are as durable as it is: a duplicate of
+ * one is answered by a read. */
+static int events_durable_init(sq_store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int ok = sqlite3_prepare_v2(s->writer.db, "SELECT coalesce(max(id), 0) FROM events", -1, &st, NULL) == SQLITE_OK &&
+             sqlite3_step(st) == SQLITE_ROW;
+    if (ok) {
+        s->writer.last_event_id = sqlite3_column_int64(st, 0);
+        atomic_store(&s->durable_event_id, s->writer.last_event_id);
+    }
+    sqlite3_finalize(st);
+    return ok ? ONCE_OK : once_fail(ONCE_ESTORE, "store: cannot read the newest event: %s", sqlite3_errmsg(s->writer.db));
+}
+
 /* The syncer of a file store, on the WAL the writer's schema step has
  * created; the writer switched from FULL to NORMAL only once something
  * will sync what it commits. */
@@ -740,7 +783,9 @@ int sqlite_store_open(const char *path, once_store **out)
             s->frame_bytes = sqlite3_column_int64(ps, 0) + 24;
         sqlite3_finalize(ps);
         sqlite3_wal_hook(s->writer.db, wal_hook, s);
-        rc = wal_path_find(s);
+        rc = events_durable_init(s);
+        if (rc == ONCE_OK)
+            rc = wal_path_find(s);
         if (rc == ONCE_OK && pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) != 0)
             rc = once_fail(ONCE_ENOMEM, "store: cannot start the checkpointer thread");
         else if (rc == ONCE_OK)

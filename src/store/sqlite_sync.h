@@ -32,7 +32,8 @@
 typedef struct sq_batch {
     bq_item *items[SQ_BATCH_MAX];
     size_t n;
-    double t0; /* when its transaction began */
+    double t0;        /* when its transaction began */
+    int64_t event_id; /* the newest events row it committed; 0 none */
 } sq_batch;
 
 /* Finishes batch b once it is durable (failed: 0), or once it cannot be

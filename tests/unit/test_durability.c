@@ -443,6 +443,90 @@ static void test_read_waits_for_sync(void **state)
     assert_true(r.done_at - t0 >= 0.35);
 }
 
+/* Duplicates of webhook events are answered by a read, and under a steady
+ * flow of new events the store is never settled: one batch is always being
+ * synced. A duplicate of an event whose own batch is durable is answered at
+ * once (issue 30: it waited in the writer's queue behind the new events'
+ * batches); a duplicate of an event whose batch is not durable yet waits
+ * for that sync. The syncer sleeps 400 ms before each fdatasync. */
+typedef struct ev_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, rc;
+    double at;
+} ev_wait;
+
+static void ev_wait_cb(void *ctx, int rc, const char *detail)
+{
+    ev_wait *w = ctx;
+    (void)detail;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    w->rc = rc;
+    w->at = clock_mono_seconds();
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void ev_wait_reset(ev_wait *w)
+{
+    *w = (ev_wait){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+}
+
+static void ev_wait_for(ev_wait *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    th_assert_rc(w->rc, 0);
+}
+
+static once_event_in ev_in(const char *id)
+{
+    return (once_event_in){.source = "gh", .event_id = id, .body = (const uint8_t *)id, .body_len = strlen(id)};
+}
+
+static void test_durable_duplicate_answers_at_once(void **state)
+{
+    th_env *e = *state;
+    static once_event_in old, fresh;
+    old = ev_in("old");
+    int inserted = 0;
+    th_assert_rc(once_event_insert(e->st, &old, &inserted), 0);
+    assert_int_equal(inserted, 1);
+
+    setenv("ONCE_FAULT_DELAY", "before_sync:400", 1);
+    fresh = ev_in("fresh");
+    /* static: a callback that comes after a failed assertion finds them */
+    static ev_wait wf, wd, wdf;
+    static int fresh_inserted, dup_inserted, dupf_inserted;
+    ev_wait_reset(&wf);
+    ev_wait_reset(&wd);
+    ev_wait_reset(&wdf);
+    fresh_inserted = 0;
+    assert_int_equal(once_event_insert_async(e->st, &fresh, &fresh_inserted, ev_wait_cb, &wf), 0);
+    th_sleep_ms(100); /* fresh's batch is committed and waits for its sync */
+
+    /* old's batch is long durable: answered by the read, now */
+    dup_inserted = -1;
+    double t0 = clock_mono_seconds();
+    assert_int_equal(once_event_insert_async(e->st, &old, &dup_inserted, ev_wait_cb, &wd), 1);
+    assert_int_equal(dup_inserted, 0);
+    assert_true(clock_mono_seconds() - t0 < 0.25);
+
+    /* fresh's batch is not durable: its duplicate is not answered before it */
+    dupf_inserted = -1;
+    int rc = once_event_insert_async(e->st, &fresh, &dupf_inserted, ev_wait_cb, &wdf);
+    assert_int_equal(rc, 0);
+    ev_wait_for(&wf);
+    ev_wait_for(&wdf);
+    unsetenv("ONCE_FAULT_DELAY");
+    assert_int_equal(fresh_inserted, 1);
+    assert_int_equal(dupf_inserted, 0);
+    assert_true(wdf.at >= wf.at);
+}
+
 /* An fdatasync that fails: the operations it covered fail (never reported
  * done), and so does every later write and read until the store is
  * reopened; after the reopen the row the failed commit wrote is whatever
@@ -491,6 +575,7 @@ int main(void)
         C(test_open_through_symlink),
 #ifdef ONCE_FAULT_INJECTION
         T(test_read_waits_for_sync),
+        T(test_durable_duplicate_answers_at_once),
         T(test_sync_failure_is_sticky),
 #endif
     };
