@@ -362,7 +362,7 @@ for kind in kinds:
     if not rows:
         continue
     with open(f"bench/out/sustained-{kind}.csv", "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         head = list(rows[0][2].keys())
         w.writerow(["build", "rep"] + head)
         for label, rep, r in rows:
@@ -375,7 +375,7 @@ for kind in kinds:
             sel = [r for l, _, r in rows if l == label and float(r["t_s"]) == t and abs(float(r["seconds"]) - 5) < 0.01]
             medians[(label, t)] = {c: med([num(r.get(c, "")) for r in sel]) for c in cols}
     with open(f"bench/out/sustained-{kind}-median.csv", "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(["build", "t_s"] + cols)
         for label in labels:
             for t in wins:
