@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -842,6 +843,13 @@ int main(int argc, char **argv) {
     printf("accepted: %" PRIu64 " new %s in the run (+%d seeds before it)\n", g_accepted,
            opt.mode == MODE_HOOKS ? "events" : "keys", SEEDS);
     if (opt.metrics && g_m.failures) printf("metrics: %d samples failed\n", g_m.failures);
+    /* Its own CPU: on a small machine the load generator competes with the server. */
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                     (double)ru.ru_stime.tv_usec * 1e-6;
+        printf("bench_load cpu: %.1f s (%.0f%% of one core over %.0f s)\n", cpu, 100 * cpu / (last_t - t0), last_t - t0);
+    }
     if (g_interrupted) printf("interrupted\n");
     if (g_csv) fclose(g_csv);
     if (g_ids) fclose(g_ids);

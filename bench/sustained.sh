@@ -206,11 +206,23 @@ run_one() {
     proxy*) args+=(--mode proxy --upstream "$scope" --connections "$conns") ;;
   esac
   echo "## $kind, $label ($bdir/once), run $rep of $reps; load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$report"
+  local o0 o1 tot0 idle0 tot1 idle1 t_start=$SECONDS
+  o0=$(proc_ticks "$once_pid")
+  read -r tot0 idle0 < <(machine_ticks)
   timeout --signal=INT --kill-after=10 $((secs + 60)) "$load_bin" "${args[@]}" >"$base.txt" 2>&1 &
   load_pid=$!
   wait "$load_pid" || rc=$?
   load_pid=
+  o1=$(proc_ticks "$once_pid")
+  read -r tot1 idle1 < <(machine_ticks)
   tee -a "$report" <"$base.txt"
+  # Where the CPU went (lib.sh): once, the load generator (its own figure), everything else.
+  awk -v o=$((o1 - o0)) -v hz="$hz" -v d=$((SECONDS - t_start)) -v busy="$(machine_busy "$tot0" "$idle0" "$tot1" "$idle1")" \
+    -v n="$(nproc)" -v lg="$(awk '/^bench_load cpu:/ { print $3 }' "$base.txt")" 'BEGIN {
+      if (d < 1) d = 1
+      once = 100 * o / hz / d; gen = 100 * lg / d; m = busy * n; other = m - once - gen
+      printf "cpu (100%% = one core): once %.0f%%, bench_load %.0f%%, other work %.0f%%; machine %.0f%% of %d%%\n",
+        once, gen, other < 0 ? 0 : other, m, 100 * n }' | tee -a "$report"
   [ "$rc" -eq 0 ] || { echo "check: bench_load exited $rc" | tee -a "$report"; failed=1; }
   kill -0 "$once_pid" 2>/dev/null || run_failed
   check_sigterm
