@@ -385,7 +385,7 @@ static void on_done(CURL *e, CURLcode cc, double t) {
 /* ---- /metrics, sampled every second -------------------------------------- */
 
 typedef struct {
-    int have;
+    int have, has_wal;
     double commit_n, commit_sum, wal;
     int has_ckpt;
     double ckw_n, ckw_sum, ckb_n, ckb_sum;
@@ -423,7 +423,7 @@ static void metrics_parse(void) {
         double v = strtod(sp + 1, NULL);
         if (!strcmp(line, "once_store_commit_seconds_count")) m.commit_n = v;
         else if (!strcmp(line, "once_store_commit_seconds_sum")) m.commit_sum = v;
-        else if (!strcmp(line, "once_store_wal_bytes")) m.wal = v;
+        else if (!strcmp(line, "once_store_wal_bytes")) m.wal = v, m.has_wal = 1;
         else if (!strcmp(line, "once_store_checkpoint_seconds_count{by=\"writer\"}")) m.ckw_n = v, m.has_ckpt = 1;
         else if (!strcmp(line, "once_store_checkpoint_seconds_sum{by=\"writer\"}")) m.ckw_sum = v, m.has_ckpt = 1;
         else if (!strcmp(line, "once_store_checkpoint_seconds_count{by=\"background\"}")) m.ckb_n = v, m.has_ckpt = 1;
@@ -496,7 +496,7 @@ static void table_row(double t_rel, double secs) {
         double dn = y.commit_n - x.commit_n;
         cps = dn / secs;
         cms = dn > 0 ? 1000 * (y.commit_sum - x.commit_sum) / dn : NAN;
-        walmb = g_m.wal_max / 1048576;
+        walmb = y.has_wal ? g_m.wal_max / 1048576 : NAN; /* PostgreSQL: no WAL of ours */
         if (y.has_ckpt) {
             kwn = y.ckw_n - x.ckw_n;
             kwms = 1000 * (y.ckw_sum - x.ckw_sum);
@@ -508,7 +508,9 @@ static void table_row(double t_rel, double secs) {
         char k1[32] = "absent", k2[32] = "absent";
         if (!isnan(kwn)) snprintf(k1, sizeof k1, "%.0f/%.0f", kwn, kwms);
         if (!isnan(kbn)) snprintf(k2, sizeof k2, "%.0f/%.0f", kbn, kbms);
-        printf(" | %8.0f %9.2f %8.1f %11s %11s", cps, cms, walmb, k1, k2);
+        char wb[32] = "-";
+        if (!isnan(walmb)) snprintf(wb, sizeof wb, "%.1f", walmb);
+        printf(" | %8.0f %9.2f %8s %11s %11s", cps, cms, wb, k1, k2);
     }
     printf("\n");
     fflush(stdout);

@@ -190,11 +190,14 @@ run_one() {
     proxy-fresh) store="sqlite:$run/once.db" ;;
     hooks-pg)
       local dbname="run_${label}_$rep"
-      "$psql" "$pg_admin" -qc "DROP DATABASE IF EXISTS $dbname" -c "CREATE DATABASE $dbname TEMPLATE once" >/dev/null ||
-        die "cannot copy the PostgreSQL template"
+      "$psql" "$pg_admin" -qc "DROP DATABASE IF EXISTS $dbname" -c "CREATE DATABASE $dbname TEMPLATE once" >/dev/null 2>"$tmp/psql.err" ||
+        die "cannot copy the PostgreSQL template: $(cat "$tmp/psql.err")"
       store="${pg_url%/once}/$dbname"
       ;;
   esac
+  # The copy's pages are written back now, not during the run (where they
+  # would compete with the store's own fsyncs).
+  [ -f "$run/once.db" ] && sync "$run/once.db"
   port=$(free_ports 1)
   write_ini "$port" "$store"
   start_once_slow "$port"
