@@ -478,8 +478,9 @@ static void table_head(void) {
     }
 }
 
-/* One window's row; resets the window. */
-static void table_row(double t_rel, double secs) {
+/* One window's row; resets the window. The last, partial one (the answers
+ * that came after the end) is marked "+". */
+static void table_row(double t_rel, double secs, int partial) {
     pcts m = lats_pcts(&g_main.w.l), s = lats_pcts(&g_side.w.l);
     char a[32], b[32], c[32], d[32], e[32];
     fmt_ms(a, sizeof a, m.p50);
@@ -487,7 +488,9 @@ static void table_row(double t_rel, double secs) {
     fmt_ms(c, sizeof c, m.max);
     fmt_ms(d, sizeof d, s.p99);
     fmt_ms(e, sizeof e, s.max);
-    printf("%6.0f %7" PRIu64 " %7" PRIu64 " %8.0f %8s %8s %9s %6" PRIu64 " | %7" PRIu64 " %8s %8s %5" PRIu64, t_rel,
+    char tw[32];
+    snprintf(tw, sizeof tw, partial ? "%.0f+" : "%.0f", t_rel);
+    printf("%6s %7" PRIu64 " %7" PRIu64 " %8.0f %8s %8s %9s %6" PRIu64 " | %7" PRIu64 " %8s %8s %5" PRIu64, tw,
            g_main.w.sent, g_main.w.done, (double)g_main.w.done / secs, a, b, c, g_main.w.errors, g_side.w.done, d, e,
            g_side.w.errors);
     double cps = NAN, cms = NAN, walmb = NAN, kwn = NAN, kwms = NAN, kbn = NAN, kbms = NAN;
@@ -786,7 +789,7 @@ int main(int argc, char **argv) {
         t = now_s();
         /* A window ends: its row. */
         while (t >= t_win + opt.window && t_win + opt.window <= t_end + 1e-9) {
-            table_row(t_win - t0, opt.window);
+            table_row(t_win - t0, opt.window, 0);
             t_win += opt.window;
         }
         int busy = g_main.nfree < g_main.nconn || (g_side.nconn && g_side.nfree < g_side.nconn);
@@ -820,7 +823,7 @@ int main(int argc, char **argv) {
     }
     /* The last, partial window (answers that came after the end). */
     double tail = last_t - t_win;
-    if (g_main.w.done || g_side.w.done || g_main.w.sent) table_row(t_win - t0, tail > 0.001 ? tail : 0.001);
+    if (g_main.w.done || g_side.w.done || g_main.w.sent) table_row(t_win - t0, tail > 0.001 ? tail : 0.001, 1);
     /* What never got an answer within the grace period counts as not right. */
     uint64_t unanswered = g_main.tot.sent - g_main.tot.done;
     uint64_t side_unanswered = g_side.tot.sent - g_side.tot.done;
