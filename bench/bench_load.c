@@ -44,7 +44,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +56,7 @@
 
 #include <curl/curl.h>
 
+#include "bench_common.h"
 #include "github_event.h"
 
 #define CONN_MAX 4096
@@ -90,40 +90,6 @@ static struct {
     .ids_every = 100,
     .max_requests = 50000000,
 };
-
-static volatile sig_atomic_t g_interrupted;
-static void on_signal(int sig) {
-    (void)sig;
-    g_interrupted = 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die_usage(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_load: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\n(see --help)\n", stderr);
-    va_end(ap);
-    exit(2);
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_load: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
 
 /* ---- latencies -------------------------------------------------------- */
 
@@ -622,6 +588,7 @@ static int loopback_url(const char *url) {
 }
 
 int main(int argc, char **argv) {
+    bench_prog = "bench_load";
     static const struct option longopts[] = {
         {"mode", required_argument, 0, 'm'},       {"url", required_argument, 0, 'u'},
         {"source", required_argument, 0, 's'},     {"secret", required_argument, 0, 'k'},
@@ -695,9 +662,7 @@ int main(int argc, char **argv) {
                       opt.mode == MODE_HOOKS ? "hooks" : "proxy", name, opt.mode == MODE_PROXY ? "/" : "");
     if (tl < 0 || (size_t)tl >= sizeof g_target) die_usage("--url is too long");
 
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    bench_catch_signals();
     signal(SIGPIPE, SIG_IGN);
 
     if (opt.csv && !(g_csv = fopen(opt.csv, "w"))) die("cannot write %s: %s", opt.csv, strerror(errno));
@@ -740,16 +705,16 @@ int main(int argc, char **argv) {
     if (opt.rate > 0) printf("# main stream paced at %.0f/s; latency from each request's due time\n", opt.rate);
     table_head();
 
-    double t0 = now_s(), t_end = t0 + opt.seconds, t_hard = t_end + opt.grace;
+    double t0 = bench_now(), t_end = t0 + opt.seconds, t_hard = t_end + opt.grace;
     double t_win = t0, last_t = t0;
     g_main.t_next = t0;
     g_side.t_next = t0;
     if (opt.metrics) g_m.next = t0 + 1.0;
     int running = 0;
     for (;;) {
-        double t = now_s();
+        double t = bench_now();
         last_t = t;
-        if (g_interrupted) break;
+        if (bench_interrupted) break;
         /* Start what is due. */
         if (t < t_end) {
             if (g_main.rate > 0) {
@@ -778,7 +743,7 @@ int main(int argc, char **argv) {
         if (mc != CURLM_OK) die("curl_multi_perform: %s", curl_multi_strerror(mc));
         CURLMsg *msg;
         int left;
-        double td = now_s();
+        double td = bench_now();
         while ((msg = curl_multi_info_read(g_multi, &left))) {
             if (msg->msg != CURLMSG_DONE) continue;
             if (msg->easy_handle == g_m.e)
@@ -786,7 +751,7 @@ int main(int argc, char **argv) {
             else
                 on_done(msg->easy_handle, msg->data.result, td);
         }
-        t = now_s();
+        t = bench_now();
         /* A window ends: its row. */
         while (t >= t_win + opt.window && t_win + opt.window <= t_end + 1e-9) {
             table_row(t_win - t0, opt.window, 0);
@@ -855,11 +820,11 @@ int main(int argc, char **argv) {
                      (double)ru.ru_stime.tv_usec * 1e-6;
         printf("bench_load cpu: %.1f s (%.0f%% of one core over %.0f s)\n", cpu, 100 * cpu / (last_t - t0), last_t - t0);
     }
-    if (g_interrupted) printf("interrupted\n");
+    if (bench_interrupted) printf("interrupted\n");
     if (g_csv) fclose(g_csv);
     if (g_ids) fclose(g_ids);
     /* The process ends here: the kernel closes the connections; the transfers
      * still in flight (after the grace) are abandoned, not freed one by one. */
     close(tfd);
-    return g_interrupted ? 130 : 0;
+    return bench_interrupted ? 130 : 0;
 }

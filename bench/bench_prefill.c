@@ -33,8 +33,6 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +41,7 @@
 
 #include "once/once.h"
 
+#include "bench_common.h"
 #include "github_event.h"
 
 #define WINDOW_MAX 65536
@@ -69,30 +68,6 @@ static struct {
     .retention_ms = 7LL * 24 * 3600 * 1000,
     .lease_ms = 10000,
 };
-
-static volatile sig_atomic_t g_interrupted;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_interrupted = 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die_usage(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_prefill: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\n(see --help)\n", stderr);
-    va_end(ap);
-    exit(2);
-}
 
 /* ---- the window of operations in flight --------------------------------- */
 
@@ -259,14 +234,17 @@ typedef struct {
     double commit_s, commit_max;
 } fill_stats;
 
-static fill_stats g_stats; /* the commit hook's part is written on the writer thread only */
+static fill_stats g_stats; /* the commit hook's part is written on the writer thread */
+static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_commit(void *ctx, size_t batch, double seconds) {
     (void)ctx;
+    pthread_mutex_lock(&g_stats_mu);
     g_stats.commits++;
     g_stats.ops += batch;
     g_stats.commit_s += seconds;
     if (seconds > g_stats.commit_max) g_stats.commit_max = seconds;
+    pthread_mutex_unlock(&g_stats_mu);
 }
 
 /* Returns 0 when all n were written (or found), -1 on an error or interrupt. */
@@ -279,8 +257,10 @@ static int fill(once_store *st, int actions, uint64_t n) {
     for (size_t i = 0; i < window; i++) free_list[i] = window - 1 - i;
     uint64_t next = 0, finished = 0;
     int failed = 0;
+    pthread_mutex_lock(&g_stats_mu);
     memset(&g_stats, 0, sizeof g_stats);
-    double t0 = now_s(), last = t0;
+    pthread_mutex_unlock(&g_stats_mu);
+    double t0 = bench_now(), last = t0;
     uint64_t last_done = 0;
     size_t *batch = calloc(window, sizeof *batch);
     if (!batch) {
@@ -289,12 +269,12 @@ static int fill(once_store *st, int actions, uint64_t n) {
     }
     while (finished < n && !failed) {
         /* Fill the window. */
-        while (nfree > 0 && next < n && !failed && !g_interrupted) {
+        while (nfree > 0 && next < n && !failed && !bench_interrupted) {
             slot *s = &g_slots[free_list[--nfree]];
             if ((actions ? action_submit(st, s, next) : event_submit(st, s, next)) < 0) failed = 1;
             next++;
         }
-        if (failed || g_interrupted) break;
+        if (failed || bench_interrupted) break;
         /* Take what finished. */
         size_t got = 0;
         pthread_mutex_lock(&g_ring.mu);
@@ -303,7 +283,7 @@ static int fill(once_store *st, int actions, uint64_t n) {
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
             pthread_cond_timedwait(&g_ring.cv, &g_ring.mu, &ts);
-            if (g_interrupted) break;
+            if (bench_interrupted) break;
         }
         while (g_ring.count > 0) {
             batch[got++] = g_ring.done[g_ring.head];
@@ -328,7 +308,7 @@ static int fill(once_store *st, int actions, uint64_t n) {
             finished++;
             free_list[nfree++] = batch[i];
         }
-        double t = now_s();
+        double t = bench_now();
         if (t - last >= 5.0) {
             fprintf(stderr, "bench_prefill: %s %" PRIu64 "/%" PRIu64 " (%.0f/s over the last %.0f s)\n", what,
                     finished, n, (double)(finished - last_done) / (t - last), t - last);
@@ -337,11 +317,13 @@ static int fill(once_store *st, int actions, uint64_t n) {
         }
     }
     /* Whatever is still in flight finishes before the store closes. */
-    g_stats.seconds = now_s() - t0;
+    pthread_mutex_lock(&g_stats_mu);
+    g_stats.seconds = bench_now() - t0;
     g_stats.written = finished - g_stats.existed;
+    pthread_mutex_unlock(&g_stats_mu);
     free(batch);
     free(free_list);
-    if (g_interrupted) return -1;
+    if (bench_interrupted) return -1;
     return failed ? -1 : 0;
 }
 
@@ -371,6 +353,7 @@ static uint64_t parse_u64(const char *name, const char *v, uint64_t lo, uint64_t
 }
 
 int main(int argc, char **argv) {
+    bench_prog = "bench_prefill";
     once_global_init();
     /* glibc trims a thread's heap (madvise, then a TLB shootdown on every
      * core) whenever a free leaves more than the trim threshold on top; the
@@ -414,23 +397,19 @@ int main(int argc, char **argv) {
         die_usage("--prefix: at most 32 visible ASCII characters");
     if (!*opt.secret || strlen(opt.secret) > 4096) die_usage("--secret: 1..4096 bytes");
 
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    bench_catch_signals();
 
     g_slots = calloc(opt.window, sizeof *g_slots);
     g_ring.cap = opt.window;
     g_ring.done = calloc(opt.window, sizeof *g_ring.done);
     if (!g_slots || !g_ring.done) {
-        fputs("bench_prefill: out of memory\n", stderr);
-        return 1;
+        die("out of memory");
     }
     for (size_t i = 0; i < opt.window; i++) {
         g_slots[i].body = malloc(opt.body + 1);
         g_slots[i].meta = malloc(opt.body + REQ_META_EXTRA);
         if (!g_slots[i].body || !g_slots[i].meta) {
-            fputs("bench_prefill: out of memory\n", stderr);
-            return 1;
+            die("out of memory");
         }
     }
 
@@ -454,8 +433,10 @@ int main(int argc, char **argv) {
         if (!n) continue;
         const char *what = pass ? "actions" : "events";
         int r = fill(st, pass, n);
-        /* The writer's figures are read after close (the hook runs on its thread). */
+        /* Commits of the last operations may still come: a snapshot. */
+        pthread_mutex_lock(&g_stats_mu);
         fill_stats s = g_stats;
+        pthread_mutex_unlock(&g_stats_mu);
         printf("bench_prefill: %s: %" PRIu64 " written, %" PRIu64 " already there, in %.1f s: %.0f/s; "
                "%zu commits, mean batch %.0f ops, mean commit %.1f ms, slowest %.0f ms (%s %s%s)\n",
                what, s.written, s.existed, s.seconds, (double)(s.written + s.existed) / (s.seconds > 0 ? s.seconds : 1),
@@ -475,6 +456,6 @@ int main(int argc, char **argv) {
     }
     free(g_slots);
     free(g_ring.done);
-    if (g_interrupted) return 130;
+    if (bench_interrupted) return 130;
     return failed ? 1 : 0;
 }
