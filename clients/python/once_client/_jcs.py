@@ -7,9 +7,10 @@ escaped as ECMAScript's JSON.stringify does, numbers as ECMAScript's
 Number.prototype.toString writes them.
 """
 import hashlib
+import json
 import math
 
-__all__ = ["canonical_json", "intent_key", "MAX_SAFE_INTEGER"]
+__all__ = ["canonical_json", "intent_key", "loads_as_javascript", "MAX_SAFE_INTEGER"]
 
 # Integers a JavaScript number holds exactly; past these the other languages
 # would hash a different number than the one given, so they are refused.
@@ -128,6 +129,23 @@ def canonical_json(value):
     out = []
     _write(value, out, set())
     return "".join(out)
+
+
+def _js_int(text):
+    n = int(text)
+    return n if abs(n) <= MAX_SAFE_INTEGER else float(text)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_as_javascript(text):
+    """Parses JSON text into the values JSON.parse would see: an integer beyond
+    2**53 becomes the float JavaScript reads (9007199254740993 -> 9007199254740992.0);
+    NaN and Infinity are refused (ValueError), as is a number that overflows
+    to Infinity when it is hashed."""
+    return json.loads(text, parse_int=_js_int, parse_constant=_no_constant)
 
 
 def intent_key(*parts):
