@@ -17,21 +17,43 @@ from .errors import AwaitingApproval, Denied, InFlight, OnceError, OutcomeUnknow
 __all__ = ["AsyncOnce", "AsyncEffect"]
 
 
-def _release_orphan(client, scope, key, fut):
-    """A reserve whose caller was cancelled: once it answers, a reservation
-    nobody will use is released (nothing ran), instead of lapsing into unknown."""
-    if fut.cancelled() or fut.exception() is not None:
-        return
-    res = fut.result()
-    if res.status == "reserved":
-        threading.Thread(target=_quiet_release, args=(client, scope, key, res.token), daemon=True).start()
+class _Orphans:
+    """A reserve whose caller is cancelled while it is on the way: when it
+    answers, the reservation nobody will use is released (nothing ran) instead
+    of lapsing into unknown. Whichever of the thread and the cancelled caller
+    comes second does it, decided under a lock."""
 
+    def __init__(self, client, scope, key):
+        self.client, self.scope, self.key = client, scope, key
+        self.lock = threading.Lock()
+        self.cancelled = False
+        self.answer = None
 
-def _quiet_release(client, scope, key, token):
-    try:
-        client.release(scope, key, token, error="the caller was cancelled before the effect began")
-    except OnceError:
-        pass
+    def reserve(self, *args):
+        res = self.client._reserve_once(self.scope, self.key, *args)
+        with self.lock:
+            self.answer = res
+            orphan = self.cancelled
+        if orphan:
+            self._release(res)
+        return res
+
+    def cancel(self):
+        with self.lock:
+            self.cancelled = True
+            res = self.answer
+        if res is not None:
+            # Not a daemon: an interpreter about to exit still lets the release out.
+            threading.Thread(target=self._release, args=(res,)).start()
+
+    def _release(self, res):
+        if res.status != "reserved":
+            return
+        try:
+            self.client.release(self.scope, self.key, res.token,
+                                error="the caller was cancelled before the effect began")
+        except OnceError:
+            pass
 
 
 async def _shielded(fn, *args):
@@ -55,12 +77,13 @@ class AsyncOnce:
         deadline = time.monotonic() + max(0.0, float(wait or 0))
         pause = POLL_FIRST
         while True:
+            orphans = _Orphans(c, scope, key)
             fut = asyncio.ensure_future(
-                asyncio.to_thread(c._reserve_once, scope, key, request, fingerprint, lease, deadline))
+                asyncio.to_thread(orphans.reserve, request, fingerprint, lease, deadline))
             try:
                 return await asyncio.shield(fut)
             except asyncio.CancelledError:
-                fut.add_done_callback(functools.partial(_release_orphan, c, scope, key))
+                orphans.cancel()
                 raise
             except InFlight as e:
                 left = deadline - time.monotonic()
