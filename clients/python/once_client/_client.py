@@ -304,14 +304,22 @@ class Attempt:
         self._renewer.stop()
 
     def complete(self, result=None, provider_id=None):
-        """Records result (JSON) as the outcome; returns it as recorded."""
+        """Records result (JSON) as the outcome; returns it as recorded. A result
+        with no JSON form (or a provider_id callable that fails) marks the action
+        unknown instead, since the effect did run, and raises."""
+        with self._lock:
+            if self.settled:
+                raise RuntimeError(f"complete: this attempt on {self.scope}/{self.key} is already settled"
+                                   + (" (an earlier attempt's result was replayed)" if self.replayed else ""))
         try:
             recorded = _recorded(result)
-        except TypeError as e:
-            self.unknown(error=f"the result could not be recorded: {e}"[:ERROR_MAX])
+            if provider_id is None and self._provider_id_of is not None:
+                provider_id = self._provider_id_of(recorded)
+            if provider_id is not None and not isinstance(provider_id, str):
+                raise TypeError(f"provider_id must be a str, not {type(provider_id).__name__}")
+        except Exception as e:
+            self.fail(e)
             raise
-        if provider_id is None and self._provider_id_of is not None:
-            provider_id = self._provider_id_of(recorded)
         self._begin_settle("complete")
         self.record = self.client.complete(self.scope, self.key, self.token, recorded, provider_id)
         self.done, self.result, self.provider_id = True, recorded, provider_id

@@ -346,3 +346,21 @@ def test_context_manager(once, effects):
         with pytest.raises(RuntimeError):
             e.complete(2)
     assert effects.count(tag) == 2
+
+
+def test_failing_provider_id_marks_unknown_and_stops_renewing(gw, effects):
+    once = Once(gw.url, AGENT_TOKEN, lease=LEASE_S)
+    scope, tag = new_scope(), uuid.uuid4().hex
+
+    @once.effect(scope=scope, key=tag, provider_id=lambda r: r["id"])
+    def f():
+        effects.perform(tag)
+        return {"no_id": True}
+
+    with pytest.raises(KeyError):
+        f()
+    rec = once.get(scope, tag)
+    assert rec["state"] in ("unknown", "held") and "KeyError" in rec["error"], rec
+    # No renewal thread is left behind for the settled attempt.
+    time.sleep(LEASE_S)
+    assert not [t for t in threading.enumerate() if t.name == f"once-renew {scope}/{tag}"]
