@@ -9,12 +9,15 @@ Number.prototype.toString writes them.
 import hashlib
 import json
 import math
+import re
 
 __all__ = ["canonical_json", "intent_key", "loads_as_javascript", "MAX_SAFE_INTEGER"]
 
 # Integers a JavaScript number holds exactly; past these the other languages
 # would hash a different number than the one given, so they are refused.
 MAX_SAFE_INTEGER = 2**53
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SHORT_ESCAPES = {
     "\b": "\\b",
@@ -39,6 +42,11 @@ def _escape_char(c):
 
 
 def _string(s):
+    if _SURROGATE.search(s):
+        # A str may hold a UTF-16 pair as two code points (built by hand, or
+        # decoded with surrogatepass); JavaScript sees one character there.
+        # Lone surrogates stay, and are escaped.
+        s = s.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
     return '"' + "".join(_escape_char(c) for c in s) + '"'
 
 

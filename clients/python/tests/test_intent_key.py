@@ -95,6 +95,9 @@ def test_strings_escaped_as_json_stringify():
                                  '\\u0019\\u001a\\u001b\\u001c\\u001d\\u001e\\u001f\\"\\\\/\u007f\u2028é😀"')
     # A lone surrogate is escaped, as ES2019's well-formed JSON.stringify does.
     assert canonical_json("\ud800x") == '"\\ud800x"'
+    # A UTF-16 pair held as two code points is the one character JavaScript sees.
+    assert canonical_json("\ud83d\ude00") == canonical_json("\U0001F600") == '"\U0001F600"'
+    assert canonical_json("\ude00\ud83d") == '"\\ude00\\ud83d"'
 
 
 def test_intent_key_is_the_sha256_of_the_canonical_array():
