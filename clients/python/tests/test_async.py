@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from conftest import AGENT_TOKEN, LEASE_S, LIMITED_TOKEN, new_scope, wait_state
-from once_client import (AsyncOnce, InFlight, LimitExceeded, NotAllowed, NotDone, Once, OutcomeUnknown,
+from conftest import AGENT_TOKEN, LEASE_S, LIMITED_TOKEN, new_scope
+from once_client import (AsyncOnce, InFlight, NotAllowed, NotDone, Once, OutcomeUnknown,
                          Unauthorized, intent_key)
 
 

@@ -6,7 +6,6 @@ then InFlight; the lease is renewed while the effect runs.
 Run: /usr/bin/python3 -m pytest -q clients/python/tests/test_effect.py
 """
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -7,7 +7,6 @@ limit_exceeded with Retry-After, 409 stale_token / invalid_transition, 404, 400,
 Run: /usr/bin/python3 -m pytest -q clients/python/tests/test_errors.py
 """
 import sqlite3
-import threading
 import time
 import urllib.request
 import uuid
