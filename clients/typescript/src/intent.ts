@@ -14,11 +14,10 @@ function reject(what: string, path: string): never {
   throw new TypeError(`intentKey: ${what} at ${path || "the top"} has no JSON form`);
 }
 
-// JSON.stringify of a string is exactly JCS's string form (short escapes for
-// \b \t \n \f \r, \u00xx for other controls, everything else as is); a lone
-// surrogate is no Unicode text, so no other language could hash it the same.
-function canonicalString(s: string, path: string): string {
-  if (!s.isWellFormed()) reject("a string with a lone surrogate", path);
+// JSON.stringify of a string is exactly JCS's string form: short escapes for
+// \b \t \n \f \r, \u00xx for other controls, a lone surrogate as \udxxx (so the
+// Python client, whose str may hold one, writes the same), everything else as is.
+function canonicalString(s: string): string {
   return JSON.stringify(s);
 }
 
@@ -37,7 +36,7 @@ function canonicalInto(v: unknown, path: string, out: string[], seen: Set<object
       out.push(Object.is(v, -0) ? "0" : String(v));
       return;
     case "string":
-      out.push(canonicalString(v, path));
+      out.push(canonicalString(v));
       return;
     case "object":
       break;
@@ -66,7 +65,7 @@ function canonicalInto(v: unknown, path: string, out: string[], seen: Set<object
     out.push("{");
     names.forEach((name, i) => {
       if (i) out.push(",");
-      out.push(canonicalString(name, path), ":");
+      out.push(canonicalString(name), ":");
       canonicalInto(o[name], `${path}.${name}`, out, seen);
     });
     out.push("}");
@@ -75,7 +74,7 @@ function canonicalInto(v: unknown, path: string, out: string[], seen: Set<object
 }
 
 /** The RFC 8785 canonical JSON text of a value. TypeError for what JSON cannot say
- * (undefined, functions, symbols, bigints, NaN and infinities, lone surrogates, cycles,
+ * (undefined, functions, symbols, bigints, NaN and infinities, cycles,
  * class instances without toJSON). */
 export function canonicalJson(value: unknown): string {
   const out: string[] = [];

@@ -31,6 +31,8 @@ const cases = [
   // strings: escapes, controls, non-ASCII, astral, what is not escaped
   { text: '["\\u0000\\u0001\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u001f", "\\u007f", "\\"", "\\\\", "/", "\\/"]' },
   { text: '["é", "€", "日本語", "😀", "\\ud83d\\ude00", "\\u2028\\u2029", "a\\u0000b"]' },
+  // lone surrogates are escaped, as well-formed JSON.stringify does
+  { text: '["\\ud800", "a\\udfffb", {"\\udc00": 1, "\\ud800": 2, "z": 3}]' },
   // members sorted by UTF-16 code units (astral-plane names sort before U+E000..U+FFFF)
   { text: '[{"b": 1, "a": 2, "A": 3, "": 4, "aa": 5, "ab": 6, "10": 7, "9": 8}]' },
   {
