@@ -4,14 +4,13 @@
 // its effect goes on; the model calls the tool again (a new call id, the same arguments)
 // and gets the recorded result: one effect. A run killed between effect and completion,
 // then retried: one effect, and the model reads that the outcome is unknown.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import path from "node:path";
 import { Agent, run, Usage, setTracingDisabled } from "@openai/agents";
 import { z } from "zod";
 import { Once, intentKey } from "../dist/index.js";
 import { onceTool } from "../dist/agents.js";
-import { startOnce, startProvider, spawnNode, dropPgSchemas, HERE } from "./harness.mjs";
+import { withGateway, killAfterEffect } from "./harness.mjs";
 import { scriptedAgentsModel } from "./fixtures/models.mjs";
 import { randomUUID } from "node:crypto";
 
@@ -21,17 +20,7 @@ const parameters = z.object({ to: z.string(), subject: z.string() });
 
 setTracingDisabled(true);
 
-before(async () => {
-  provider = await startProvider();
-  gw = await startOnce();
-  once = new Once({ url: gw.url });
-});
-
-after(async () => {
-  await gw?.stop();
-  await provider?.close();
-  dropPgSchemas();
-});
+withGateway({}, (env) => ({ gw, provider, once } = env));
 
 function sendEmail(opts, delayMs = 0, extra = {}) {
   return onceTool(
@@ -99,9 +88,7 @@ test("the SDK's tool timeout cuts the first call; the model's retry gets the rec
 test("a run killed between its effect and its completion, then 3 retries: one email", async () => {
   const runId = "conv-agents-crash";
   const before = provider.count;
-  const child = spawnNode(path.join(HERE, "fixtures/adapter_child.mjs"), ["agents", gw.url, provider.url, runId]);
-  await child.waitFor(/effect-done/);
-  await child.kill();
+  await killAfterEffect("agents", gw, provider, runId);
   for (let i = 0; i < 3; i++) {
     const model = scriptedAgentsModel("send_email", ARGS);
     const seen = [];

@@ -3,29 +3,18 @@
 // gives a new tool-call id every time. A first attempt aborted while its tool runs, then
 // retries: one effect, the same result. An attempt killed between effect and completion,
 // then retries: one effect, and the retries are told the outcome is unknown.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import path from "node:path";
 import { generateText, tool, jsonSchema, stepCountIs } from "ai";
 import { Once, OutcomeUnknown } from "../dist/index.js";
 import { onceTool, onceTools } from "../dist/ai.js";
-import { startOnce, startProvider, spawnNode, dropPgSchemas, HERE } from "./harness.mjs";
+import { withGateway, killAfterEffect } from "./harness.mjs";
 import { scriptedModel } from "./fixtures/models.mjs";
 
 let gw, provider, once;
 const ARGS = { to: "ana@example.com", subject: "your refund" };
 
-before(async () => {
-  provider = await startProvider();
-  gw = await startOnce();
-  once = new Once({ url: gw.url });
-});
-
-after(async () => {
-  await gw?.stop();
-  await provider?.close();
-  dropPgSchemas();
-});
+withGateway({}, (env) => ({ gw, provider, once } = env));
 
 function sendEmail(delayMs = 0) {
   return tool({
@@ -72,9 +61,7 @@ test("an attempt aborted while its tool runs, then 3 retries: one email, one res
 test("an attempt killed between its effect and its completion, then 3 retries: one email", async () => {
   const runId = "conv-ai-crash";
   const before = provider.count;
-  const child = spawnNode(path.join(HERE, "fixtures/adapter_child.mjs"), ["ai", gw.url, provider.url, runId]);
-  await child.waitFor(/effect-done/);
-  await child.kill();
+  await killAfterEffect("ai", gw, provider, runId);
   const tools = onceTools(once, { send_email: sendEmail() }, { scope: "ai-mail", runId, wait: 5 });
   for (let i = 0; i < 3; i++) {
     const r = await generateText({ model: scriptedModel("send_email", ARGS), tools, prompt: "mail her", stopWhen: stepCountIs(3) });

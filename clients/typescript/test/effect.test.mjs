@@ -2,7 +2,7 @@
 // ONCE_TEST_STORE=postgres) and a provider that counts effects: one effect per intent
 // whatever the retries, concurrency and crashes; NotDone releases; other errors leave the
 // action unknown; the lease is renewed; once's refusals are typed errors.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
 import {
@@ -24,26 +24,16 @@ import {
   ServiceUnavailable,
   errorFor,
 } from "../dist/index.js";
-import { startOnce, startProvider, spawnNode, dropPgSchemas, uniqueKey, HERE, sleep } from "./harness.mjs";
+import { withGateway, spawnNode, uniqueKey, HERE, sleep } from "./harness.mjs";
 
 let gw, provider, once;
 
-before(async () => {
-  provider = await startProvider();
-  gw = await startOnce({
-    upstreams: {
-      pay: { url: provider.url, actions_api: true, approve: "POST /v1/refunds" },
-      mail: { url: provider.url },
-    },
-  });
-  once = new Once({ url: gw.url });
-});
-
-after(async () => {
-  await gw?.stop();
-  await provider?.close();
-  dropPgSchemas();
-});
+withGateway((provider) => ({
+  upstreams: {
+    pay: { url: provider.url, actions_api: true, approve: "POST /v1/refunds" },
+    mail: { url: provider.url },
+  },
+}), (env) => ({ gw, provider, once } = env));
 
 const effectOf = (what) => async () => (await provider.effect(what)).id;
 

@@ -11,6 +11,8 @@ import os from "node:os";
 import path from "node:path";
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
+import { before, after } from "node:test";
+import { Once } from "../dist/index.js";
 
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(HERE, "../../..");
@@ -314,4 +316,33 @@ export function spawnNode(file, args, env = {}) {
       return exited;
     },
   };
+}
+
+/**
+ * The usual fixture of a test file: a counting provider and a gateway, started before its
+ * tests and stopped after them. config: startOnce's options, or a function of the provider
+ * that returns them; token: the Once client's. assign is given {gw, provider, once}.
+ */
+export function withGateway(config, assign, token) {
+  let env = {};
+  before(async () => {
+    const provider = await startProvider();
+    env.provider = provider;
+    env.gw = await startOnce(typeof config === "function" ? config(provider) : config);
+    env.once = new Once({ url: env.gw.url, token });
+    assign(env);
+  });
+  after(async () => {
+    await env.gw?.stop();
+    await env.provider?.close();
+    dropPgSchemas();
+  });
+}
+
+/** Runs fixtures/adapter_child.mjs (the framework's tool call in a process of its own) and
+ * SIGKILLs it between its effect and the effect's completion. */
+export async function killAfterEffect(adapter, gw, provider, runId) {
+  const child = spawnNode(path.join(HERE, "fixtures/adapter_child.mjs"), [adapter, gw.url, provider.url, runId]);
+  await child.waitFor(/effect-done/);
+  await child.kill();
 }

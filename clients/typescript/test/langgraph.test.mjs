@@ -4,27 +4,16 @@
 // killed between effect and completion, the thread run again elsewhere: one effect, and the
 // node fails with OutcomeUnknown instead of acting twice. onceEffect with args acts once per
 // loop iteration, however often the loop is replayed.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import path from "node:path";
 import { StateGraph, Annotation, MemorySaver, START, END } from "@langchain/langgraph";
 import { Once, OutcomeUnknown } from "../dist/index.js";
 import { onceNode, onceEffect } from "../dist/langgraph.js";
-import { startOnce, startProvider, spawnNode, dropPgSchemas, HERE } from "./harness.mjs";
+import { withGateway, killAfterEffect } from "./harness.mjs";
 
 let gw, provider, once;
 
-before(async () => {
-  provider = await startProvider();
-  gw = await startOnce();
-  once = new Once({ url: gw.url });
-});
-
-after(async () => {
-  await gw?.stop();
-  await provider?.close();
-  dropPgSchemas();
-});
+withGateway({}, (env) => ({ gw, provider, once } = env));
 
 const State = Annotation.Root({ to: Annotation(), draft: Annotation(), sent: Annotation(), logged: Annotation() });
 
@@ -79,9 +68,7 @@ test("a run aborted while the node acts, resumed, then run again on the thread: 
 test("a process killed between the node's effect and its completion, the thread run again: one email", async () => {
   const thread = "thread-lg-crash";
   const before = provider.count;
-  const child = spawnNode(path.join(HERE, "fixtures/adapter_child.mjs"), ["langgraph", gw.url, provider.url, thread]);
-  await child.waitFor(/effect-done/);
-  await child.kill();
+  await killAfterEffect("langgraph", gw, provider, thread);
   for (let i = 0; i < 3; i++) {
     await assert.rejects(mailGraph({ wait: 5 }).invoke({ to: "ana@example.com" }, { configurable: { thread_id: thread } }), (e) => {
       assert.ok(e instanceof OutcomeUnknown, String(e));
