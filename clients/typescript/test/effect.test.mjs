@@ -22,9 +22,11 @@ import {
   BadRequest,
   StoreUnavailable,
   ServiceUnavailable,
+  TransportError,
   errorFor,
 } from "../dist/index.js";
-import { withGateway, spawnNode, uniqueKey, HERE, sleep } from "./harness.mjs";
+import { spawn } from "node:child_process";
+import { withGateway, spawnNode, uniqueKey, freePort, HERE, sleep, STORE_KIND } from "./harness.mjs";
 
 let gw, provider, once;
 
@@ -235,6 +237,40 @@ test("409 stale_token, 403 scope_reserved, 400 invalid_key are typed, with the p
   await once.complete("stale", key, res.token, { ok: true });
   await assert.rejects(once.effect({ scope: "mail", key }, () => 1), (e) => e instanceof ScopeReserved && e.status === 403);
   await assert.rejects(once.effect({ scope: "s", key: "" }, () => 1), (e) => e instanceof BadRequest && e.code === "invalid_key");
+});
+
+test("503 store_unavailable when the SQLite store is locked by another writer; nothing runs", { skip: STORE_KIND !== "sqlite" && "the store is made unavailable by locking the SQLite file" }, async () => {
+  const file = gw.store.slice("sqlite:".length);
+  const script = "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.read()\nc.execute('ROLLBACK')\n";
+  const lock = spawn("/usr/bin/python3", ["-c", script, file], { stdio: ["pipe", "pipe", "inherit"] });
+  try {
+    await new Promise((resolve, reject) => {
+      lock.stdout.once("data", resolve);
+      lock.once("exit", (code) => reject(new Error(`the lock holder exited ${code}`)));
+    });
+    let runs = 0;
+    await assert.rejects(new Once({ url: gw.url, timeout: 60 }).effect({ scope: "locked", key: uniqueKey() }, () => runs++), (e) => {
+      assert.ok(e instanceof StoreUnavailable, String(e));
+      assert.equal(e.status, 503);
+      assert.ok(e.detail);
+      return true;
+    });
+    assert.equal(runs, 0);
+  } finally {
+    lock.stdin.end();
+    await new Promise((r) => (lock.exitCode === null ? lock.once("exit", r) : r()));
+  }
+});
+
+test("no answer at all is a TransportError; nothing runs", async () => {
+  let runs = 0;
+  const port = await freePort();
+  await assert.rejects(new Once({ url: `http://127.0.0.1:${port}`, timeout: 5 }).effect({ scope: "s", key: "k" }, () => runs++), (e) => {
+    assert.ok(e instanceof TransportError, String(e));
+    assert.equal(e.status, 0);
+    return true;
+  });
+  assert.equal(runs, 0);
 });
 
 test("a 503's problem is a typed error too (the mapping of every status)", () => {

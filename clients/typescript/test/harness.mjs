@@ -127,6 +127,7 @@ export async function startOnce({ upstreams = {}, mcp = {}, agents = {}, tokens 
   const gw = {
     dir,
     port,
+    store,
     url: `http://127.0.0.1:${port}`,
     configPath,
     proc: null,
