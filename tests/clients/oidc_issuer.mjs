@@ -6,11 +6,14 @@
 //
 // CONFIG: {"port": P (0: any), "issuer": URL (default http://127.0.0.1:PORT), "keys": [private JWK...]
 //          (default: one fresh RSA key), "alg": "RS256"|"PS256"|"ES256",
-//          "clients": [{"client_id","client_secret","scope"}], "scope": "space separated scopes"}
+//          "clients": [{"client_id","client_secret","scope"}], "scope": "space separated scopes",
+//          "tls_cert": PEM file, "tls_key": PEM file (then it serves HTTPS; issuer https://127.0.0.1:PORT),
+//          "ttl": seconds of a token}
 // Prints one line {"port": P, "issuer": URL, "jwks": {public JWKS}} once it listens, then serves
 // until killed. Every resource indicator gets a JWT access token with that resource as its aud.
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import crypto from 'node:crypto';
 import Provider from 'oidc-provider';
 
@@ -26,10 +29,11 @@ function freshKey() {
 }
 
 const keys = cfg.keys ?? [freshKey()];
-const server = http.createServer();
+const tls = cfg.tls_cert ? { cert: fs.readFileSync(cfg.tls_cert), key: fs.readFileSync(cfg.tls_key) } : null;
+const server = tls ? https.createServer(tls) : http.createServer();
 await new Promise(r => server.listen(cfg.port ?? 0, '127.0.0.1', r));
 const port = server.address().port;
-const issuer = cfg.issuer ?? `http://127.0.0.1:${port}`;
+const issuer = cfg.issuer ?? `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
 const scope = cfg.scope ?? 'mcp once:operator';
 
 const provider = new Provider(issuer, {

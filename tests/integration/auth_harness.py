@@ -26,7 +26,10 @@ class Issuer:
     signs with (default its own URL); keys: private JWKs (default one fresh RSA key); port: fixed
     (for a restart on the same address)."""
 
-    def __init__(self, workdir, clients=None, issuer=None, keys=None, port=0, alg="RS256", ttl=300):
+    def __init__(self, workdir, clients=None, issuer=None, keys=None, port=0, alg="RS256", ttl=300, tls=None,
+                 ca=None):
+        """tls: (cert, key) PEM paths to serve HTTPS; ca: the CA file that verifies it (for the
+        test's own token requests)."""
         self.node = node_or_skip()
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -38,6 +41,9 @@ class Issuer:
             self.cfg["issuer"] = issuer
         if keys:
             self.cfg["keys"] = keys
+        if tls:
+            self.cfg["tls_cert"], self.cfg["tls_key"] = str(tls[0]), str(tls[1])
+        self.verify = str(ca) if ca else True
         self.proc = None
         self.start()
 
@@ -58,7 +64,7 @@ class Issuer:
         self.port, self.issuer, self.jwks, self.keys = info["port"], info["issuer"], info["jwks"], info["keys"]
         self.cfg["port"] = self.port
         self.cfg["keys"] = self.keys   # a restart keeps the same keys unless told otherwise
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.cfg.get('tls_cert') else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -73,7 +79,7 @@ class Issuer:
 
     def token(self, resource, client_id=SUPPORT_ID, secret=SUPPORT_SECRET, scope="mcp"):
         """A JWT access token for resource, by client credentials."""
-        r = requests.post(f"{self.url}/token", auth=(client_id, secret), timeout=30,
+        r = requests.post(f"{self.url}/token", auth=(client_id, secret), timeout=30, verify=self.verify,
                           data={"grant_type": "client_credentials", "resource": resource, "scope": scope})
         assert r.status_code == 200, r.text
         return r.json()["access_token"]

@@ -153,3 +153,42 @@ def test_without_tokens_file_auth_is_authentication(tmp_path):
     r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "two.ini")], capture_output=True, text=True,
                        env=_env(), timeout=60)
     assert r.returncode != 0 and "audience" in r.stderr, r.stderr
+
+
+def test_a_rotated_in_kid_is_fetched_and_then_accepted(tmp_path):
+    """The issuer publishes a new key: the first token under its kid is refused while once fetches
+    the JWKS again (the request never waits for the issuer), the next one is accepted."""
+    import json
+    import time
+
+    import jwt as pyjwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from auth_harness import jwt_parts
+    from hooks_harness import wait_until
+
+    require_serve()
+    node_or_skip()
+    issuer = Issuer(tmp_path / "issuer")
+    provider = Provider()
+    g = auth_gateway(tmp_path / "gw", issuer.url, upstreams={"demo": {"url": provider.url}}, sources={})
+    try:
+        g.start()
+        _, claims = jwt_parts(issuer.token(g.url))
+        k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        new = {**json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(k)), "kid": "rotated-in", "alg": "RS256",
+               "use": "sig"}
+        issuer.stop()
+        issuer.cfg["keys"] = issuer.keys + [new]
+        issuer.start()
+        token = pyjwt.encode({**claims, "exp": int(time.time()) + 300}, k, algorithm="RS256",
+                             headers={"kid": "rotated-in"})
+        r = charge(g, token)
+        assert r.status_code == 401, describe(r)
+        wait_until(lambda: "2 signing key(s)" in g.stderr(), what="the refreshed key set")
+        r = charge(g, token)
+        assert r.status_code == 200, describe(r)
+    finally:
+        g.stop()
+        issuer.stop()
+        provider.stop()

@@ -191,16 +191,18 @@ static void jwks_done(out_call *call)
     jwks_end(j, fresh, NULL);
 }
 
-/* Starts a fetch when the rule allows (min_ms since the last). 1 when it
- * started. */
-static int jwks_kick(jwks *j, int64_t min_ms)
+/* Starts a fetch when the rule allows (min_ms since the last counted
+ * one). The start's fetch is not counted, so a kid rotated in during the
+ * first minute is still looked for. 1 when it started. */
+static int jwks_kick(jwks *j, int64_t min_ms, int counted)
 {
     int64_t now = clock_mono_ms();
     pthread_mutex_lock(&j->mu);
     int go = jwks_may_fetch(now, j->last_ms, j->fetching, min_ms);
     if (go) {
         j->fetching = 1;
-        j->last_ms = now;
+        if (counted)
+            j->last_ms = now;
     }
     pthread_mutex_unlock(&j->mu);
     if (go)
@@ -224,7 +226,7 @@ int jwks_start(jwks **out, const auth_cfg *cfg, outbound *ob)
         return -1;
     }
     *out = j;
-    jwks_kick(j, 0);
+    jwks_kick(j, 0, 0);
     int64_t until = clock_mono_ms() + JWKS_FIRST_WAIT_MS;
     pthread_mutex_lock(&j->mu);
     while (j->fetches == 0 && clock_mono_ms() < until)
@@ -254,11 +256,11 @@ jwt_keyset *jwks_hold(jwks *j)
     int old = ks && clock_mono_ms() - j->loaded_ms >= JWKS_MAX_AGE_MS;
     pthread_mutex_unlock(&j->mu);
     if (old)
-        jwks_kick(j, JWKS_REFRESH_MIN_MS);
+        jwks_kick(j, JWKS_REFRESH_MIN_MS, 1);
     return ks;
 }
 
 int jwks_unknown_kid(jwks *j)
 {
-    return jwks_kick(j, JWKS_REFRESH_MIN_MS);
+    return jwks_kick(j, JWKS_REFRESH_MIN_MS, 1);
 }

@@ -4,7 +4,7 @@
  * discovery from the issuer unless jwks_url is set) is fetched through the
  * outbound client (libcurl, TLS verified, plain http to loopback only) at
  * start, when the set is an hour old, and when a token names a kid the set
- * lacks — at most once a minute. A failed fetch keeps the keys there are:
+ * lacks — at most once a minute (the start's fetch aside). A failed fetch keeps the keys there are:
  * cached keys keep working while the issuer is down, and a new kid is
  * refused, never accepted. A request never waits for a fetch: a token with
  * an unknown kid is answered 401 at once while the refresh runs, and the

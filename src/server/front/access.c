@@ -80,7 +80,7 @@ static void access_required(const auth_cfg *a, char *out, size_t cap)
 static int access_query_token(const char *q)
 {
     static const char name[] = "access_token";
-    for (const char *p = q ? q + 1 : NULL; p && *p;) {
+    for (const char *p = q && *q == '?' ? q + 1 : q; p && *p;) {
         size_t n = strcspn(p, "&;");
         if (n >= sizeof name - 1 && strncmp(p, name, sizeof name - 1) == 0 &&
             (n == sizeof name - 1 || p[sizeof name - 1] == '='))
