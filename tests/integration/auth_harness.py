@@ -4,13 +4,17 @@ gateway that accepts them. Used by tests/integration/test_auth_jwt.py and
 tests/security/test_jwt_attacks.py.
 """
 import base64
+import contextlib
 import json
 import subprocess
 import time
 from pathlib import Path
 
+import jwt as pyjwt
 import requests
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from gateway import FakeProcess, Provider, require_serve
 from hooks_harness import AgentGateway
 from mcp_harness import node_or_skip
 
@@ -27,7 +31,7 @@ class Issuer:
     (for a restart on the same address)."""
 
     def __init__(self, workdir, clients=None, issuer=None, keys=None, port=0, alg="RS256", ttl=300, tls=None,
-                 ca=None):
+                 ca=None, scope=None):
         """tls: (cert, key) PEM paths to serve HTTPS; ca: the CA file that verifies it (for the
         test's own token requests)."""
         self.node = node_or_skip()
@@ -41,6 +45,8 @@ class Issuer:
             self.cfg["issuer"] = issuer
         if keys:
             self.cfg["keys"] = keys
+        if scope:
+            self.cfg["scope"] = scope   # the scopes the server knows
         if tls:
             self.cfg["tls_cert"], self.cfg["tls_key"] = str(tls[0]), str(tls[1])
         self.verify = str(ca) if ca else True
@@ -67,13 +73,8 @@ class Issuer:
         self.url = f"{'https' if self.cfg.get('tls_cert') else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc:
+            FakeProcess.stop(self)
         self.proc = None
         self.errf.close()
 
@@ -108,3 +109,35 @@ def auth_gateway(workdir, issuer_url, extra=None, auth=None, **kw):
 
 def bearer(token):
     return {"Authorization": f"Bearer {token}"}
+
+
+@contextlib.contextmanager
+def issuer_world(workdir, stop_gateway=None, **gw_kw):
+    """A fresh Issuer, a counting fake provider as upstream demo, and a started gateway with [auth]
+    on that issuer: yields (gateway, issuer, provider), all stopped at the end (the gateway by
+    stop_gateway(g) when given, e.g. the security suite's finish)."""
+    require_serve()
+    node_or_skip()
+    issuer = Issuer(Path(workdir) / "issuer")
+    provider = Provider()
+    g = auth_gateway(Path(workdir) / "gw", issuer.url, upstreams={"demo": {"url": provider.url}}, sources={},
+                     **gw_kw)
+    try:
+        g.start()
+        yield g, issuer, provider
+    finally:
+        (stop_gateway or (lambda gw: gw.stop()))(g)
+        issuer.stop()
+        provider.stop()
+
+
+def fresh_rsa_jwk(kid, **extra):
+    """A new private RSA JWK (an attacker's, or a key the issuer rotates in)."""
+    k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return {**json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(k)), "kid": kid, **extra}
+
+
+def sign(claims, key_jwk, alg="RS256", kid=None):
+    """A token signed with a private JWK (the issuer's own, or an attacker's)."""
+    key = pyjwt.algorithms.RSAAlgorithm.from_jwk(json.dumps(key_jwk))
+    return pyjwt.encode(claims, key, algorithm=alg, headers={"kid": kid or key_jwk["kid"]})

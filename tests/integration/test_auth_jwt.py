@@ -5,13 +5,17 @@ the token's claim (sub: the client id) under its [agent.NAME] section, and the o
 client finds the issuer from once's 401 and metadata alone.
 Run: ONCE_BIN=build/asan/once /usr/bin/python3 -m pytest -q tests/integration/test_auth_jwt.py
 """
+import subprocess
+import time
 import uuid
 
 import pytest
 import requests
 
-from auth_harness import OPS_ID, OPS_SECRET, SUPPORT_ID, SUPPORT_SECRET, Issuer, auth_gateway, bearer
-from gateway import Provider, assert_problem, describe, new_key, require_serve
+from auth_harness import (OPS_ID, OPS_SECRET, SUPPORT_ID, SUPPORT_SECRET, Issuer, auth_gateway, bearer,
+                          fresh_rsa_jwk, issuer_world, jwt_parts, sign)
+from hooks_harness import wait_until
+from gateway import Provider, _env, assert_problem, describe, new_key, once_bin, require_serve
 from mcp_harness import McpUpstream, call, node_or_skip, once_meta, result_of, run_client
 
 STATIC_OPS = "tok-static-operator-3e5a7c9b1d2f4e6a"
@@ -142,8 +146,6 @@ def test_without_tokens_file_auth_is_authentication(tmp_path):
     """[auth] alone counts as authentication: a non-loopback listen address is allowed (the
     check of docs/security.md), and a request without a token is 401."""
     require_serve()
-    from gateway import _env, once_bin
-    import subprocess
     (tmp_path / "once.ini").write_text("[server]\nlisten = 0.0.0.0:7999\n\n[auth]\nissuer = https://idp.example\n"
                                        "audience = https://once.example\n")
     r = subprocess.run([str(once_bin()), "check-config", str(tmp_path / "once.ini")], capture_output=True, text=True,
@@ -158,36 +160,47 @@ def test_without_tokens_file_auth_is_authentication(tmp_path):
 def test_a_rotated_in_kid_is_fetched_and_then_accepted(tmp_path):
     """The issuer publishes a new key: the first token under its kid is refused while once fetches
     the JWKS again (the request never waits for the issuer), the next one is accepted."""
-    import json
-    import time
-
-    import jwt as pyjwt
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    from auth_harness import jwt_parts
-    from hooks_harness import wait_until
-
-    require_serve()
-    node_or_skip()
-    issuer = Issuer(tmp_path / "issuer")
-    provider = Provider()
-    g = auth_gateway(tmp_path / "gw", issuer.url, upstreams={"demo": {"url": provider.url}}, sources={})
-    try:
-        g.start()
+    with issuer_world(tmp_path) as (g, issuer, _):
         _, claims = jwt_parts(issuer.token(g.url))
-        k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        new = {**json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(k)), "kid": "rotated-in", "alg": "RS256",
-               "use": "sig"}
+        new = fresh_rsa_jwk("rotated-in", alg="RS256", use="sig")
         issuer.stop()
         issuer.cfg["keys"] = issuer.keys + [new]
         issuer.start()
-        token = pyjwt.encode({**claims, "exp": int(time.time()) + 300}, k, algorithm="RS256",
-                             headers={"kid": "rotated-in"})
+        token = sign({**claims, "exp": int(time.time()) + 300}, new)
         r = charge(g, token)
         assert r.status_code == 401, describe(r)
         wait_until(lambda: "2 signing key(s)" in g.stderr(), what="the refreshed key set")
         r = charge(g, token)
         assert r.status_code == 200, describe(r)
+
+
+def test_closed_agents_and_required_scopes_apply_to_jwts(tmp_path):
+    """agents = closed: a token whose agent has no [agent.NAME] section is refused (403), as a
+    tokens_file line would be at load; required_scopes: a token without them is 403
+    insufficient_scope, naming them. Nothing is sent either way."""
+    require_serve()
+    node_or_skip()
+    issuer = Issuer(tmp_path / "issuer", clients=[
+        {"client_id": SUPPORT_ID, "client_secret": SUPPORT_SECRET, "scope": "mcp tools"},
+        {"client_id": "stranger", "client_secret": "stranger-secret-0a1b2c3d4e5f6a7b", "scope": "mcp tools"}],
+        scope="mcp tools once:operator")
+    provider = Provider()
+    g = auth_gateway(tmp_path / "gw", issuer.url, auth={"required_scopes": "mcp tools"},
+                     extra={"agent.support-bot": {"allow": ["demo: *"]}},
+                     upstreams={"demo": {"url": provider.url}}, sources={}, server={"agents": "closed"})
+    try:
+        g.start()
+        ok = issuer.token(g.url, scope="mcp tools")
+        assert charge(g, ok).status_code == 200
+        before = len(provider.requests_seen())
+        r = charge(g, issuer.token(g.url, client_id="stranger", secret="stranger-secret-0a1b2c3d4e5f6a7b",
+                                   scope="mcp tools"))
+        assert_problem(r, 403, "forbidden")
+        assert "agents = closed" in r.json()["detail"]
+        r = charge(g, issuer.token(g.url, scope="mcp"))
+        assert_problem(r, 403, "insufficient_scope")
+        assert r.headers["WWW-Authenticate"] == 'Bearer error="insufficient_scope", scope="mcp tools"'
+        assert len(provider.requests_seen()) == before
     finally:
         g.stop()
         issuer.stop()

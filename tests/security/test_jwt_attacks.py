@@ -19,10 +19,9 @@ import jwt as pyjwt
 import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 import security_harness as sh
-from auth_harness import Issuer, auth_gateway, b64url, jwt_parts
+from auth_harness import Issuer, auth_gateway, b64url, fresh_rsa_jwk, issuer_world, jwt_parts, sign
 from gateway import Provider, describe, new_key, require_serve
 from hooks_harness import wait_until
 from mcp_harness import node_or_skip
@@ -54,17 +53,6 @@ def assert_refused(g, provider, token, query=""):
 def accepted(g, token):
     r, _ = charge(g, token)
     assert r.status_code == 200, describe(r)
-
-
-def sign(claims, key_jwk, alg="RS256", kid=None, headers=None):
-    """A token signed with a private JWK (the issuer's own, or an attacker's)."""
-    key = pyjwt.algorithms.RSAAlgorithm.from_jwk(json.dumps(key_jwk))
-    return pyjwt.encode(claims, key, algorithm=alg, headers={"kid": kid or key_jwk["kid"], **(headers or {})})
-
-
-def fresh_rsa_jwk(kid):
-    k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return {**json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(k)), "kid": kid}
 
 
 @pytest.fixture(scope="module")
@@ -266,13 +254,7 @@ def test_a_jwks_behind_a_certificate_once_does_not_trust_is_refused(tmp_path):
 
 
 def test_while_the_issuer_is_down_cached_keys_work_and_new_kids_are_refused(tmp_path):
-    require_serve()
-    node_or_skip()
-    issuer = Issuer(tmp_path / "issuer")
-    provider = Provider()
-    g = auth_gateway(tmp_path / "gw", issuer.url, upstreams={"demo": {"url": provider.url}}, sources={})
-    try:
-        g.start()
+    with issuer_world(tmp_path, stop_gateway=sh.finish) as (g, issuer, provider):
         token, (_, claims) = genuine(g, issuer)
         accepted(g, token)
         issuer.stop()
@@ -286,7 +268,3 @@ def test_while_the_issuer_is_down_cached_keys_work_and_new_kids_are_refused(tmp_
         r, _ = charge(g, sign(claims, rotated))
         assert r.status_code == 401, describe(r)
         accepted(g, token)
-    finally:
-        sh.finish(g)
-        issuer.stop()
-        provider.stop()
