@@ -18,7 +18,8 @@ from hooks_harness import wait_until
 from gateway import Provider, _env, assert_problem, describe, new_key, once_bin, require_serve
 from mcp_harness import McpUpstream, call, node_or_skip, once_meta, result_of, run_client
 
-STATIC_OPS = "tok-static-operator-3e5a7c9b1d2f4e6a"
+STATIC_OPS = "tok-static-operator-3e5a7c9b1d2f4e6a"   # tokens_file: operator alice
+ALICE_SECRET = "alice-client-secret-5d4c3b2a1f0e9d8c"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,10 @@ def world(tmp_path_factory):
     require_serve()
     node_or_skip()
     d = tmp_path_factory.mktemp("auth")
-    issuer = Issuer(d / "issuer")
+    issuer = Issuer(d / "issuer", clients=[
+        {"client_id": SUPPORT_ID, "client_secret": SUPPORT_SECRET, "scope": "mcp"},
+        {"client_id": OPS_ID, "client_secret": OPS_SECRET, "scope": "mcp once:operator"},
+        {"client_id": "alice", "client_secret": ALICE_SECRET, "scope": "mcp"}])
     demo, other = Provider(), Provider()
     shop = McpUpstream(d / "shop", json=True, name="shop")
     tokens = d / "tokens"
@@ -113,6 +117,16 @@ def test_operator_scope_makes_an_operator_and_its_lack_is_insufficient_scope(wor
     assert r.status_code == 200, describe(r)
     # The static operator's token keeps working beside the JWTs.
     assert requests.get(f"{g.url}/v1/agents", headers=bearer(STATIC_OPS), timeout=30).status_code == 200
+
+
+def test_a_jwt_cannot_take_the_name_of_a_static_token_of_the_other_role(world):
+    """tokens_file names operator alice: a JWT whose agent claim is alice (an agent's token) is
+    refused, as a tokens_file line would be, so the ledger and log never mix the two."""
+    g, issuer, demo, *_ = world
+    before = demo.count()
+    r = charge(g, issuer.token(g.url, client_id="alice", secret=ALICE_SECRET))
+    assert_problem(r, 403, "forbidden")
+    assert demo.count() == before
 
 
 def test_a_token_for_another_mcp_server_resource_is_refused(world):

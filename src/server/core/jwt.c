@@ -280,8 +280,11 @@ jwt_result jwt_verify(const auth_cfg *cfg, const jwt_keyset *ks, const char *tok
         r = JWT_UNKNOWN_KID;
     else if (!cjose_jws_verify(jws, key->jwk, &err))
         r = JWT_SIGNATURE;
-    if (kid)
-        snprintf(out->kid, sizeof out->kid, "%s", kid);
+    if (kid) { /* for the log; a longer kid was refused above and is shown cut */
+        size_t kl = strnlen(kid, JWT_KID_MAX);
+        memcpy(out->kid, kid, kl);
+        out->kid[kl] = '\0';
+    }
     uint8_t *plain = NULL;
     size_t plen = 0;
     json_t *claims = NULL;

@@ -115,6 +115,12 @@ static int access_jwt(const access_in *in, const char *tok, access_ident *id, pr
     id->tok.name = id->name;
     id->tok.role = c.operator ? ROLE_OPERATOR : ROLE_AGENT;
     id->tok.agent = c.operator ? NULL : config_agent(cfg, id->name);
+    /* As in tokens_file: an agent and an operator may not share a name, or
+     * the ledger and the log could not tell them apart. */
+    for (size_t i = 0; i < cfg->ntokens; i++)
+        if (cfg->tokens[i].role != id->tok.role && strcmp(cfg->tokens[i].name, id->name) == 0)
+            return problem_set(p, 403, "forbidden", "Forbidden",
+                               "the token names '%s', which tokens_file gives the other role", id->name);
     if (!c.scopes_ok) {
         char want[300];
         access_required(&cfg->auth, want, sizeof want);
