@@ -26,6 +26,7 @@
 #include "common/looper.h"
 #include "server/actions/actions.h"
 #include "server/core/access_set.h"
+#include "server/core/jwks.h"
 #include "server/core/leases.h"
 #include "server/core/log.h"
 #include "server/core/services.h"
@@ -120,7 +121,7 @@ static int64_t loop_round(void *arg, looper_phase phase, looper_item *posted)
 int server_routes(router *rt)
 {
     const route *const tables[] = {ops_routes,    proxy_routes,   actions_routes, hooks_routes,
-                                   events_routes, console_routes, mcp_routes,     agents_routes};
+                                   events_routes, console_routes, mcp_routes,     agents_routes, resource_meta_routes};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (router_add(rt, tables[i]) < 0)
             return -1;
@@ -176,7 +177,7 @@ static void warn_exposed_secrets(const once_config *cfg)
         warn_if_readable(cfg->path, "holds secrets (metrics_token, secret or header)");
     if (strncmp(cfg->store, "sqlite:", 7) == 0 && strcmp(cfg->store + 7, ":memory:") != 0)
         warn_if_readable(cfg->store + 7, "is the store (request and response bodies)");
-    if (cfg->ntokens > 0 && !cfg->tls_cert && !config_listen_is_loopback(cfg->listen))
+    if (config_auth_on(cfg) && !cfg->tls_cert && !config_listen_is_loopback(cfg->listen))
         log_event("warn", "listening on %s over plain HTTP: bearer tokens cross the network in clear "
                   "(set tls_cert and tls_key)", cfg->listen);
 }
@@ -291,6 +292,10 @@ int server_run(once_config *cfg)
     }
     once_store_set_commit_hook(srv.store, metrics_commit, srv.metrics);
     once_store_set_checkpoint_hook(srv.store, metrics_checkpoint, srv.metrics);
+    if (cfg->auth.issuer && jwks_start(&srv.jwks, &cfg->auth, srv.ob) < 0) {
+        log_event("error", "cannot start fetching the [auth] issuer's keys");
+        goto out;
+    }
     if (hooks_start(&srv) < 0)
         goto out;
     int pushes = 0;
@@ -370,6 +375,7 @@ out:
         MHD_stop_daemon(daemons[i]);
     /* Only now can no request reach these. */
     outbound_free(srv.ob);
+    jwks_free(srv.jwks);
     mcp_free(&srv);
     waiters_free(srv.waiters);
     worker_free(srv.worker);

@@ -6,6 +6,7 @@
 //
 //   node mcp_client.mjs URL [SCRIPT|-] [--token T] [--header 'Name: value']... [--sessions N]
 //                       [--timeout-ms MS] [--deadline-ms MS] [--no-delete]
+//                       [--oauth-client ID:SECRET [--oauth-scope S]]
 //
 // SCRIPT (a file, or stdin when '-' or absent) is a JSON array of steps:
 //   {"op":"list"}                                  -> {"op":"list","tools":[...]}
@@ -17,6 +18,9 @@
 //   {"op":"delete"}                                -> terminates the session (HTTP DELETE)
 // "headers" of a step are added to that step's POSTs only (through the transport's fetch);
 // --header lines go on every request (requestInit.headers), --token as Authorization: Bearer.
+// --oauth-client makes the SDK's own ClientCredentialsProvider the transport's authProvider: on
+// once's 401 the SDK reads the protected-resource metadata, finds the authorization server and
+// gets a token for the resource with client credentials (docs/auth.md) — given nothing but the URL.
 // Each session first prints {"op":"connect","session":ID,"protocol":V,"server":{..}} (or an
 // error, and the process exits 2). Times (t, t0, t1) are epoch milliseconds.
 //
@@ -31,6 +35,7 @@
 import fs from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ClientCredentialsProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js';
 import {
     LoggingMessageNotificationSchema, ToolListChangedNotificationSchema
 } from '@modelcontextprotocol/sdk/types.js';
@@ -39,6 +44,7 @@ const args = process.argv.slice(2);
 const positional = [];
 const headers = {};
 let token = null, sessions = 1, timeoutMs = 60000, deadlineMs = 120000, del = true;
+let oauthClient = null, oauthScope = undefined;
 for (let i = 0; i < args.length; i++) {
     const a = args[i];
     if (a === '--token') token = args[++i];
@@ -50,6 +56,8 @@ for (let i = 0; i < args.length; i++) {
     else if (a === '--timeout-ms') timeoutMs = Number(args[++i]);
     else if (a === '--deadline-ms') deadlineMs = Number(args[++i]);
     else if (a === '--no-delete') del = false;
+    else if (a === '--oauth-client') oauthClient = args[++i];
+    else if (a === '--oauth-scope') oauthScope = args[++i];
     else positional.push(a);
 }
 if (positional.length < 1) {
@@ -81,9 +89,15 @@ async function open(index) {
         }
         return fetch(input, init);
     };
+    const authProvider = oauthClient ? new ClientCredentialsProvider({
+        clientId: oauthClient.slice(0, oauthClient.indexOf(':')),
+        clientSecret: oauthClient.slice(oauthClient.indexOf(':') + 1),
+        scope: oauthScope
+    }) : undefined;
     session.transport = new StreamableHTTPClientTransport(url, {
         requestInit: { headers },
-        fetch: fetchWithStepHeaders
+        fetch: fetchWithStepHeaders,
+        authProvider
     });
     session.client = new Client({ name: 'once-tests-agent', version: '1.0.0' }, { capabilities: {} });
     // what the transport reports before the end (closing aborts the GET stream: not an error)

@@ -242,7 +242,8 @@ class ClientRun:
     """One mcp_client.mjs process (see its header for the script format)."""
 
     def __init__(self, url, steps, token=None, headers=None, sessions=1, timeout_ms=60000, deadline_s=120,
-                 delete=True):
+                 delete=True, oauth_client=None, oauth_scope=None):
+        """oauth_client: "ID:SECRET" for the SDK's ClientCredentialsProvider (docs/auth.md)."""
         node = node_or_skip()
         self.argv = [node, str(CLIENT_MJS), url, "-", "--sessions", str(sessions), "--timeout-ms", str(timeout_ms),
                      "--deadline-ms", str(int(deadline_s * 1000))]
@@ -252,6 +253,10 @@ class ClientRun:
             self.argv += ["--header", f"{k}: {v}"]
         if not delete:
             self.argv.append("--no-delete")
+        if oauth_client:
+            self.argv += ["--oauth-client", oauth_client]
+        if oauth_scope:
+            self.argv += ["--oauth-scope", oauth_scope]
         self.steps = steps
         self.deadline_s = deadline_s
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -513,11 +513,50 @@ static void test_long_line(void **state)
     tc_expect_error(text, 3, "line too long (199 characters; at most 198)");
 }
 
+/* [auth] (docs/auth.md): defaults, the audience from the listener, and the
+ * transport rule for key material. */
+static void test_auth(void **state)
+{
+    (void)state;
+    once_config cfg;
+    tc_expect_ok("[server]\nlisten = 127.0.0.1:7600\n\n[auth]\nissuer = http://127.0.0.1:9000\n", &cfg);
+    assert_string_equal(cfg.auth.issuer, "http://127.0.0.1:9000");
+    assert_string_equal(cfg.auth.audience, "http://127.0.0.1:7600");
+    assert_string_equal(cfg.auth.agent_claim, "sub");
+    assert_string_equal(cfg.auth.operator_scope, "once:operator");
+    assert_null(cfg.auth.jwks_url);
+    assert_true(config_auth_on(&cfg));
+    config_free(&cfg);
+    tc_expect_ok("[auth]\nissuer = https://idp.example/realms/a/\naudience = https://once.example/\n"
+                 "agent_claim = client_id\nrequired_scopes = mcp, tools  extra\njwks_url = https://idp.example/k\n",
+                 &cfg);
+    assert_string_equal(cfg.auth.issuer, "https://idp.example/realms/a/"); /* iss is compared as written */
+    assert_string_equal(cfg.auth.audience, "https://once.example");
+    assert_int_equal(cfg.auth.nrequired_scopes, 3);
+    assert_string_equal(cfg.auth.required_scopes[2], "extra");
+    config_free(&cfg);
+    tc_expect_ok("[server]\n", &cfg);
+    assert_false(config_auth_on(&cfg));
+    config_free(&cfg);
+    tc_expect_error("[auth]\naudience = https://a\n", 1, "[auth]: issuer is required");
+    tc_expect_error("[auth]\nissuer = http://idp.example\n", 2, "issuer: plain http is allowed for a loopback host");
+    tc_expect_error("[auth]\nissuer = http://10.0.0.1:80\n", 2, "plain http is allowed for a loopback host");
+    tc_expect_error("[auth]\nissuer = https://a\njwks_url = http://idp.example/jwks\n", 3,
+                    "jwks_url: plain http is allowed for a loopback host");
+    tc_expect_ok("[auth]\nissuer = http://[::1]:9000\njwks_url = http://localhost:9/k\n", &cfg);
+    config_free(&cfg);
+    tc_expect_error("[server]\nlisten = 0.0.0.0:7600\n[auth]\nissuer = https://a\n", 3,
+                    "set audience to the gateway's base URL");
+    tc_expect_error("[auth]\nissuer = https://a\n[auth]\n", 3, "duplicate section [auth] (first at line 1)");
+    tc_expect_error("[auth]\nissuer = https://a\nagent_claim = a b\n", 3, "agent_claim: 1-64 printable");
+    tc_expect_error("[auth]\nissuer = https://a\ntokens_file = x\n", 3, "unknown key 'tokens_file' in [auth]");
+}
+
 static void test_sections(void **state)
 {
     (void)state;
     tc_expect_error("[server]\n[sources.stripe]\nsecret = x\n", 2,
-                    "unknown section [sources.stripe] (expected [server], [upstream.NAME], [mcp.NAME], "
+                    "unknown section [sources.stripe] (expected [server], [auth], [upstream.NAME], [mcp.NAME], "
                     "[source.NAME] or [agent.NAME])");
     tc_expect_error("[Server]\n", 1, "unknown section [Server]");
     tc_expect_error("[ server ]\n", 1, "unknown section [ server ]");
@@ -1757,6 +1796,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_syntax_errors, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_long_line, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_sections, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_auth, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_keys, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_bad_values, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_statuses, tc_setup, tc_teardown),

@@ -132,6 +132,7 @@ void config_free(once_config *cfg)
     for (size_t i = 0; i < cfg->nagents; i++)
         config_agent_free(&cfg->agents[i]);
     free(cfg->agents);
+    config_auth_free(&cfg->auth);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -237,9 +238,14 @@ int config_listen_is_loopback(const char *listen)
     return a.family == 0 || memcmp(a.addr, v6_loopback, 16) == 0; /* 0: localhost */
 }
 
+int config_auth_on(const once_config *cfg)
+{
+    return cfg->ntokens > 0 || cfg->auth.issuer != NULL;
+}
+
 int config_check_exposure(const once_config *cfg, char *err, size_t errlen)
 {
-    if (cfg->ntokens > 0 || cfg->insecure_no_auth)
+    if (config_auth_on(cfg) || cfg->insecure_no_auth)
         return 0;
     const char *bad = NULL;
     if (!config_listen_is_loopback(cfg->listen))
@@ -251,7 +257,7 @@ int config_check_exposure(const once_config *cfg, char *err, size_t errlen)
         return 0;
     snprintf(err, errlen,
              "refusing to listen on %s without tokens: it is not a loopback address, and with no tokens_file "
-             "anyone who reaches it may use the upstreams' credentials (set tokens_file, listen on 127.0.0.1, "
+             "or [auth] anyone who reaches it may use the upstreams' credentials (set tokens_file or [auth], listen on 127.0.0.1, "
              "or set insecure_no_auth = yes)",
              bad);
     return -1;

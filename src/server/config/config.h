@@ -163,6 +163,20 @@ typedef struct agent_cfg {
     int line;
 } agent_cfg;
 
+/* [auth] (docs/auth.md): bearer JWTs from an identity provider, beside tokens_file. */
+typedef struct auth_cfg {
+    char *issuer;          /* issuer = URL: the tokens' iss, exactly; NULL: no [auth] */
+    char *audience;        /* audience = URL: an aud the tokens must hold; default the gateway's base URL
+                              (http(s)://listen), which the protected-resource metadata names */
+    char *agent_claim;     /* agent_claim = sub: the claim whose value is the agent */
+    char *operator_scope;  /* operator_scope = once:operator: a scope that makes the caller an operator */
+    char *jwks_url;        /* jwks_url = URL; NULL: found by discovery from the issuer */
+    char **required_scopes; /* required_scopes = A B: scopes every token must hold */
+    size_t nrequired_scopes;
+    char *ca_file;         /* ca_file: the CA (PEM) trusted for the issuer instead of the system's */
+    int line;              /* where [auth] stood; 0: none */
+} auth_cfg;
+
 typedef struct once_config {
     char *path;            /* the file it was loaded from */
     char *listen;          /* [server] listen = 127.0.0.1:7600 */
@@ -196,6 +210,7 @@ typedef struct once_config {
     agent_cfg *agents;     /* [agent.NAME] sections */
     size_t nagents;
     int agents_closed;     /* agents = open (0) | closed (1): every agent token needs a section */
+    auth_cfg auth;         /* [auth]: the start's (a reload does not change it) */
 } once_config;
 
 /* Loads path into *cfg (zeroed first). On error returns a negative code,
@@ -224,6 +239,15 @@ int config_mcp_tool_ok(const char *s, size_t n);
 const agent_cfg *config_agent(const once_config *cfg, const char *name);
 /* The webhook source called name, or NULL. */
 const source_cfg *config_source(const once_config *cfg, const char *name);
+
+/* Whether callers must authenticate: a tokens_file with tokens, or an
+ * [auth] issuer. */
+int config_auth_on(const once_config *cfg);
+
+/* Whether url may carry key material: https, or plain http to a loopback
+ * host (127.0.0.0/8, [::1], localhost) for local development and tests.
+ * 1 or 0. */
+int config_url_transport_ok(const char *url);
 
 /* 0 when every listen address (the server's and each upstream's own) is
  * loopback, or tokens are configured, or insecure_no_auth is set; else -1

@@ -69,7 +69,9 @@ typedef struct config_table {
  * and [mcp.NAME] write (an MCP server is an upstream_cfg too). */
 #define UP(f) offsetof(upstream_cfg, f)
 
-enum config_kind { CONFIG_SERVER, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_AGENT, CONFIG_NKINDS };
+/* [server] and [auth] have one instance each (the once_config, its auth);
+ * the named kinds come after them. */
+enum config_kind { CONFIG_SERVER, CONFIG_AUTH, CONFIG_UPSTREAM, CONFIG_SOURCE, CONFIG_AGENT, CONFIG_NKINDS };
 
 /* A kind of section: its key tables, its instances' size, and its checks
  * ([server]'s one instance is the once_config itself). A key's index in
@@ -99,6 +101,7 @@ typedef struct config_section {
     }
 
 extern const config_section config_server_section;
+extern const config_section config_auth_section;
 extern const config_section config_upstream_section;
 extern const config_section config_source_section;
 extern const config_section config_mcp_section;
@@ -180,6 +183,9 @@ int config_listen_clash(const char *x, const char *y);
  * starting with '/', kept in the canonical form requests are matched in
  * (pct_normalize). *out is "METHOD PATTERN" (allocated). 0 or -1. */
 int config_path_rule(config_ctx *c, const char *s, size_t n, size_t nth, char **out);
+
+/* (config_auth.c) Frees what [auth] owns and zeroes it. */
+void config_auth_free(auth_cfg *a);
 
 /* (config_agent.c) Frees what an agent section owns. */
 void config_agent_free(agent_cfg *a);

@@ -315,6 +315,8 @@ static char *config_instance(once_config *cfg, const config_section *s, size_t i
 {
     if (s->kind == CONFIG_SERVER)
         return (char *)cfg;
+    if (s->kind == CONFIG_AUTH)
+        return (char *)&cfg->auth;
     return config_array(cfg, s->kind) + i * s->size;
 }
 
@@ -472,6 +474,15 @@ static int config_open_section(config_ctx *c, const char *name)
         c->secname = "";
         return 0;
     }
+    if (strcmp(name, "auth") == 0) {
+        if (c->cfg->auth.line > 0)
+            return config_fail(c, "duplicate section [auth] (first at line %d)", c->cfg->auth.line);
+        c->cfg->auth.line = c->lineno;
+        c->sec = &config_auth_section;
+        c->cur = 0;
+        c->secname = "";
+        return config_defaults(c);
+    }
     for (size_t k = 0; k < sizeof config_named / sizeof config_named[0]; k++) {
         const char *prefix = config_named[k]->prefix;
         if (strncmp(name, prefix, strlen(prefix)) == 0)
@@ -479,7 +490,7 @@ static int config_open_section(config_ctx *c, const char *name)
     }
     c->sec = NULL;
     return config_fail(c,
-                       "unknown section [%s] (expected [server], [upstream.NAME], [mcp.NAME], [source.NAME] or "
+                       "unknown section [%s] (expected [server], [auth], [upstream.NAME], [mcp.NAME], [source.NAME] or "
                        "[agent.NAME])",
                        config_quote(name, q, sizeof q));
 }
@@ -622,7 +633,7 @@ static void config_parse(config_ctx *c)
  * from it. */
 static void config_finish(config_ctx *c)
 {
-    size_t n[CONFIG_NKINDS] = {1, c->cfg->nupstreams, c->cfg->nsources, c->cfg->nagents};
+    size_t n[CONFIG_NKINDS] = {1, 1, c->cfg->nupstreams, c->cfg->nsources, c->cfg->nagents};
     for (int k = 0; k < CONFIG_NKINDS; k++) {
         for (size_t i = 0; i < n[k] && !c->failed; i++)
             c->st[k][i].sec->finish(c, i);
@@ -632,9 +643,10 @@ static void config_finish(config_ctx *c)
 int config_load_stream(FILE *fp, const char *path, once_config *cfg, char *err, size_t errlen)
 {
     config_ctx c;
-    config_sec_state server;
+    config_sec_state server, auth;
     memset(&c, 0, sizeof c);
     memset(&server, 0, sizeof server);
+    memset(&auth, 0, sizeof auth);
     memset(cfg, 0, sizeof *cfg);
     c.cfg = cfg;
     c.fp = fp;
@@ -642,6 +654,8 @@ int config_load_stream(FILE *fp, const char *path, once_config *cfg, char *err, 
     c.errlen = errlen;
     server.sec = &config_server_section;
     c.st[CONFIG_SERVER] = &server;
+    auth.sec = &config_auth_section;
+    c.st[CONFIG_AUTH] = &auth;
     config_quote(path, c.qpath, sizeof c.qpath);
     if (err != NULL && errlen > 0)
         err[0] = '\0';

@@ -449,3 +449,29 @@ int config_path_rule(config_ctx *c, const char *s, size_t n, size_t nth, char **
     return 0;
 }
 
+
+int config_url_transport_ok(const char *url)
+{
+    if (strncasecmp(url, "https://", 8) == 0)
+        return 1;
+    if (strncasecmp(url, "http://", 7) != 0)
+        return 0;
+    CURLU *h = curl_url();
+    char *host = NULL;
+    int ok = 0;
+    if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(h, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        unsigned char a[16];
+        static const unsigned char v6_loopback[16] = {[15] = 1};
+        size_t n = strlen(host);
+        if (n > 2 && host[0] == '[' && host[n - 1] == ']') {
+            host[n - 1] = '\0';
+            ok = inet_pton(AF_INET6, host + 1, a) == 1 && memcmp(a, v6_loopback, 16) == 0;
+        } else {
+            ok = strcasecmp(host, "localhost") == 0 || (inet_pton(AF_INET, host, a) == 1 && a[0] == 127);
+        }
+    }
+    curl_free(host);
+    curl_url_cleanup(h);
+    return ok;
+}

@@ -97,6 +97,7 @@ struct metrics {
     unsigned long long lease_expired;
     unsigned long long auto_held;
     _Atomic unsigned long long reload_failures;
+    _Atomic unsigned long long jwt[JWT_NRESULTS]; /* bearer JWT checks by outcome ([auth]) */
     long long approval_oldest_ms; /* created_at of the oldest undecided approval; 0 none */
 };
 
@@ -244,6 +245,12 @@ void metrics_upstream(metrics *m, const char *scope, double seconds)
     pthread_mutex_lock(&m->mu);
     observe(&scope_find(m, scope)->upstream, seconds_buckets, NSEC, seconds);
     pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_jwt(metrics *m, jwt_result r)
+{
+    if (m && r < JWT_NRESULTS)
+        m->jwt[r]++;
 }
 
 void metrics_reload_failure(metrics *m)
@@ -486,6 +493,11 @@ int metrics_render(metrics *m, buf *b)
                  "# TYPE once_http_requests_total counter\n");
     for (int c = 1; c <= 5; c++)
         rc |= out(b, "once_http_requests_total{code=\"%dxx\"} %llu\n", c, value(&m->http[c]));
+    rc |= out(b, "# HELP once_jwt_verifications_total Bearer JWTs checked ([auth]), by outcome.\n"
+                 "# TYPE once_jwt_verifications_total counter\n");
+    for (int r = 0; r < JWT_NRESULTS; r++)
+        rc |= out(b, "once_jwt_verifications_total{outcome=\"%s\"} %llu\n", jwt_result_name((jwt_result)r),
+                  (unsigned long long)m->jwt[r]);
     rc |= out(b, "# HELP once_config_reload_failures_total Reloads (SIGHUP) that changed nothing because of an "
                  "error.\n# TYPE once_config_reload_failures_total counter\nonce_config_reload_failures_total %llu\n",
               (unsigned long long)m->reload_failures);

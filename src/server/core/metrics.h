@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "common/buf.h"
+#include "server/core/jwt.h"
 
 typedef enum metric_outcome {
     MO_NEW,
@@ -72,6 +73,8 @@ void metrics_refusal(metrics *m, const char *agent, const char *code);
 
 /* A reload (SIGHUP) that changed nothing because of an error. */
 void metrics_reload_failure(metrics *m);
+/* One bearer JWT checked ([auth]): once_jwt_verifications_total{outcome}. */
+void metrics_jwt(metrics *m, jwt_result r);
 
 /* Appends the whole registry to out. 0 or -1 (out of memory). */
 int metrics_render(metrics *m, buf *out);

@@ -14,7 +14,7 @@ typedef struct problem {
     const char *title;
     char detail[256];
     const char *header; /* one header the answer carries (Allow, WWW-Authenticate), or NULL */
-    char header_value[48];
+    char header_value[384]; /* WWW-Authenticate names the metadata URL ([auth]) */
 } problem;
 
 /* Fills p; always returns -1, so a check can `return problem_set(...)`. */

@@ -40,6 +40,7 @@ struct server {
     char *config_text;          /* the config file as it was at start: a reload names what changed since */
     once_store *store;
     outbound *ob;
+    struct jwks *jwks;          /* the [auth] issuer's keys (core/jwks.h); NULL without [auth] */
     metrics *metrics;
     waiters *waiters;
     worker *worker;

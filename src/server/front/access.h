@@ -7,7 +7,10 @@
 #ifndef ONCE_SERVER_ACCESS_H
 #define ONCE_SERVER_ACCESS_H
 
+#include <stdint.h>
+
 #include "server/config/config.h"
+#include "server/core/jwt.h"
 #include "server/core/problem.h"
 
 typedef enum access_level {
@@ -17,11 +20,39 @@ typedef enum access_level {
     ACCESS_METRICS = 3   /* metrics_token or an operator token when metrics_token is set; else open */
 } access_level;
 
-/* Decides a request's right to a route of level need from its
- * Authorization header (may be NULL). 0 and *who (the token, NULL when none
- * was needed or none is configured), or -1 with p: 401 unauthorized (a
- * challenge header set) or 403 forbidden (*who then names the token that
- * was refused, for the log and the metrics). */
+typedef struct jwks jwks; /* core/jwks.h */
+
+/* What a request is decided with. */
+typedef struct access_in {
+    const once_config *cfg;    /* the request's generation (req_access_cfg) */
+    jwks *keys;                /* the issuer's keys ([auth]); NULL without */
+    const char *authorization; /* the header, or NULL */
+    const char *resource_path; /* "" or "/v1/mcp/NAME": the metadata a 401 points to */
+    const char *query;         /* the target's query from its '?', or NULL: a token there is refused */
+    int64_t now;               /* Unix seconds, for exp and nbf */
+} access_in;
+
+/* The caller of a request that came with a JWT: the identity r->who then
+ * points to, shaped as a tokens_file token so that grants, limits, the
+ * trail and the log read it the one way they read a token. */
+typedef struct access_ident {
+    auth_token tok;
+    char name[ONCE_SCOPE_MAX + 1]; /* tok.name */
+    int jwt;                       /* a JWT was checked: jwt_result says how it went */
+    jwt_result result;
+} access_ident;
+
+/* Decides a request's right to a route of level need: a tokens_file
+ * token, or with [auth] a bearer JWT of the issuer (jwt.h), whose agent
+ * is its agent_claim, an operator when its scope holds operator_scope.
+ * 0 and *who (a token of the file, or &id->tok; NULL when none was needed
+ * or none is configured), or -1 with p: 401 (WWW-Authenticate names the
+ * protected-resource metadata under [auth], and error="invalid_token"
+ * when a token was sent), 403 forbidden (*who names the caller that was
+ * refused), or 403 insufficient_scope. */
+int access_decide(const access_in *in, access_level need, access_ident *id, const auth_token **who, problem *p);
+
+/* access_decide without [auth]: tokens_file tokens only. */
 int access_check(const once_config *cfg, access_level need, const char *authorization, const auth_token **who,
                  problem *p);
 

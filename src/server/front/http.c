@@ -204,7 +204,19 @@ static int front_decide(req *r, problem *p)
     }
     const route *rt = r->match.rt;
     r->route = rt->name;
-    if (access_check(req_access_cfg(r), rt->access, req_header(r, "Authorization"), &r->who, p) < 0)
+    char rpath[ONCE_SCOPE_MAX + 16] = "";
+    if (strcmp(rt->name, "mcp") == 0 && r->match.seglen[0] <= ONCE_SCOPE_MAX)
+        snprintf(rpath, sizeof rpath, "/v1/mcp/%.*s", (int)r->match.seglen[0], r->match.seg[0]);
+    const access_in in = {.cfg = req_access_cfg(r),
+                          .keys = srv->jwks,
+                          .authorization = req_header(r, "Authorization"),
+                          .resource_path = rpath,
+                          .query = strchr(r->uri, '?'),
+                          .now = once_now_ms() / 1000};
+    int arc = access_decide(&in, rt->access, &r->ident, &r->who, p);
+    if (r->ident.jwt)
+        metrics_jwt(srv->metrics, r->ident.result);
+    if (arc < 0)
         return -1;
     if (rt->admit && rt->admit(r, p) < 0)
         return -1;

@@ -25,7 +25,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 {
     (void)kind;
     collect *c = cls;
-    if (!name || upstream_header_dropped(c->up, c->r->srv->cfg->ntokens > 0, c->connection, name))
+    if (!name || upstream_header_dropped(c->up, config_auth_on(c->r->srv->cfg), c->connection, name))
         return MHD_YES;
     if (out_headers_add(c->h, name, value ? value : "") < 0) {
         c->failed = 1;

@@ -24,6 +24,7 @@
 #include "once/once.h"
 #include "server/config/config.h"
 #include "server/core/problem.h"
+#include "server/front/access.h"
 #include "server/front/router.h"
 
 typedef struct server server;
@@ -49,7 +50,8 @@ struct req {
     route_match match;
     route_fn handler;
     struct access_set *acl;        /* the tokens and agents this request is decided with (held) */
-    const auth_token *who;         /* the caller's token (in acl); NULL when none was needed or none is set */
+    const auth_token *who;         /* the caller's token (in acl, or ident's); NULL when none was needed or none is set */
+    access_ident ident;            /* a JWT caller's identity ([auth]): who points here then */
     const upstream_cfg *up;        /* proxy: the upstream */
     const char *target;            /* proxy: path and query after the upstream's prefix (into uri) */
     source_rt *src;                /* hooks, inbox: the webhook source */
@@ -80,7 +82,7 @@ struct req {
 
     /* headers to add to whatever answer is sent (Retry-After, Allow, …) */
     char extra_name[REQ_EXTRA_HEADERS][24];
-    char extra_value[REQ_EXTRA_HEADERS][48];
+    char extra_value[REQ_EXTRA_HEADERS][384]; /* WWW-Authenticate names a URL ([auth]) */
     int nextra;
 };
 

@@ -11,6 +11,7 @@
 extern const route ops_routes[];
 extern const route console_routes[];
 extern const route agents_routes[]; /* GET /v1/agents (agents.c) */
+extern const route resource_meta_routes[]; /* RFC 9728 metadata ([auth], resource_meta.c) */
 
 /* (reload.c) SIGHUP: the tokens and [agent.NAME] sections read again,
  * applied from the next request; an error changes nothing. */

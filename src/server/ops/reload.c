@@ -116,7 +116,7 @@ void ops_reload(server *srv)
         reload_failed(srv, err);
         return;
     }
-    if ((fresh->ntokens > 0) != (srv->cfg->ntokens > 0)) {
+    if (config_auth_on(fresh) != config_auth_on(srv->cfg)) {
         config_free(fresh);
         free(fresh);
         reload_failed(srv, "the tokens_file turns bearer tokens on or off, which needs a restart");

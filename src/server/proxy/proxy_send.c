@@ -63,7 +63,7 @@ static int http_send_build(send_job *job, http_send *h, char *why, size_t whylen
          * header the upstream injects now (the config may have changed
          * since) or one never forwarded is dropped, so nothing stored can
          * stand in for the operator's credentials. */
-        if (!n || !v || upstream_header_dropped(up, job->srv->cfg->ntokens > 0, NULL, n))
+        if (!n || !v || upstream_header_dropped(up, config_auth_on(job->srv->cfg), NULL, n))
             continue;
         if (out_headers_add(&h->headers, n, v) < 0)
             goto oom;
