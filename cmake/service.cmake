@@ -40,3 +40,20 @@ install(DIRECTORY examples/secrets DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 set(ONCE_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING "where once.service is installed (relative: under the prefix)")
 configure_file(${CMAKE_SOURCE_DIR}/dist/once.service.in ${CMAKE_BINARY_DIR}/once.service @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/once.service DESTINATION ${ONCE_SYSTEMD_UNITDIR})
+
+# once.ini(5): its key reference generated from the loader's tables
+# (man/config_keys.c prints them) and docs/config.md's meanings.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+add_executable(config_keys man/config_keys.c)
+target_include_directories(config_keys PRIVATE src)
+target_link_libraries(config_keys PRIVATE onceserver)
+add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/once.ini.5
+  COMMAND config_keys > ${CMAKE_BINARY_DIR}/config_keys.tsv
+  COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/scripts/man-config ${CMAKE_BINARY_DIR}/config_keys.tsv
+          ${CMAKE_SOURCE_DIR}/docs/config.md ${CMAKE_SOURCE_DIR}/man/once.ini.5.in ${CMAKE_BINARY_DIR}/once.ini.5
+  DEPENDS config_keys ${CMAKE_SOURCE_DIR}/scripts/man-config ${CMAKE_SOURCE_DIR}/docs/config.md
+          ${CMAKE_SOURCE_DIR}/man/once.ini.5.in
+  COMMENT "Generating once.ini(5) from the config tables")
+add_custom_target(man ALL DEPENDS ${CMAKE_BINARY_DIR}/once.ini.5)
+install(FILES man/once.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${CMAKE_BINARY_DIR}/once.ini.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5)
