@@ -202,6 +202,7 @@ static int server_await_ready(server *srv, const sigset_t *sigs)
 
 int server_run(once_config *cfg)
 {
+    log_set_text(cfg->log_text);
     server srv;
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
