@@ -109,12 +109,13 @@ install: build
 
 uninstall:
 	@test -f $(BUILD)/install_manifest.txt || { echo "make uninstall: no $(BUILD)/install_manifest.txt (nothing installed from this tree)" >&2; exit 1; }
-	@while IFS= read -r f; do rm -f "$(DESTDIR)$$f"; done < $(BUILD)/install_manifest.txt
+	@while IFS= read -r f || [ -n "$$f" ]; do rm -f "$(DESTDIR)$$f"; done < $(BUILD)/install_manifest.txt
 	@rm -f $(BUILD)/install_manifest.txt
 
 # The Debian package (debian/), built with dpkg-buildpackage; the .deb and
 # its companions land in build/deb (scripts/deb).
 deb: deps
+	@bash scripts/deps --deb
 	@bash scripts/deb
 
 clean:
