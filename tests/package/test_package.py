@@ -77,7 +77,17 @@ def deb():
 
 @pytest.fixture(scope="module")
 def installed(deb):
-    purge()  # a leftover of an interrupted run
+    # The purge at the end deletes /etc/once, /var/lib/once and the user: never someone's own.
+    theirs = [str(p) for p in (Path("/etc/once"), STATE) if p.exists()]
+    if package_state() != "not-installed":
+        theirs.append("the once package")
+    try:
+        pwd.getpwnam("once")
+        theirs.append("a user once")
+    except KeyError:
+        pass
+    assert not theirs, (f"{', '.join(theirs)} already on this machine: tests/package installs and purges "
+                        f"its own; remove them first (dpkg -P once) if they are a test's leftovers")
     run("dpkg", "-i", deb, timeout=300)
     yield deb
     purge()
