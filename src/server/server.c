@@ -183,14 +183,21 @@ static void warn_exposed_secrets(const once_config *cfg)
 /* Until /readyz would answer 200 (a stdio MCP server still starting, a
  * store that does not answer yet), the signals are looked at every 100 ms:
  * SIGHUP reloads, SIGTERM or SIGINT stops the wait. 0 once ready (the
- * moment for READY=1), or the signal that stopped it. */
+ * moment for READY=1), or the signal that stopped it. A store that does
+ * not answer is logged once: it is why systemd hears nothing. */
 static int server_await_ready(server *srv, const sigset_t *sigs)
 {
+    int told = 0;
     for (;;) {
         problem p;
         int store_rc;
         if (ops_ready(srv, &p, &store_rc) == 0)
             return 0;
+        if (store_rc != ONCE_OK && !told) {
+            log_event("warn", "not ready: the store does not answer: %s: %s", once_strerror(store_rc),
+                      once_errdetail());
+            told = 1;
+        }
         const struct timespec tick = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
         int sig = sigtimedwait(sigs, NULL, &tick);
         if (sig == SIGHUP)
