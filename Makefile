@@ -7,7 +7,8 @@ FUZZ_BUILD ?= build/fuzz
 PYTEST     := /usr/bin/python3 -m pytest
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench bench-compare valgrind coverage chaos soak clean
+.PHONY: all deps build build-asan run demo demo-ledger test unit integration fuzz bench bench-compare valgrind coverage chaos soak clean \
+        install uninstall deb
 
 all: build
 
@@ -95,6 +96,27 @@ chaos: build-asan
 # A randomised soak with random SIGKILLs of gateway nodes: make soak DURATION=120
 soak:
 	@bash scripts/soak $${DURATION:-60}
+
+# The binary, libonce.so with its soname link, include/once, once.pc, the man
+# pages, the examples and once.service under PREFIX, staged under DESTDIR
+# when it is set (docs/install.md). `make uninstall` removes what the last
+# install wrote (build/install_manifest.txt).
+PREFIX     ?= /usr/local
+install: build
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@ninja -C $(BUILD) -j $(JOBS)
+	@DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "make uninstall: no $(BUILD)/install_manifest.txt (nothing installed from this tree)" >&2; exit 1; }
+	@while IFS= read -r f || [ -n "$$f" ]; do rm -f "$(DESTDIR)$$f"; done < $(BUILD)/install_manifest.txt
+	@rm -f $(BUILD)/install_manifest.txt
+
+# The Debian package (debian/), built with dpkg-buildpackage; the .deb and
+# its companions land in build/deb (scripts/deb).
+deb: deps
+	@bash scripts/deps --deb
+	@bash scripts/deb
 
 clean:
 	rm -rf build

@@ -197,8 +197,36 @@ static void server_tune_malloc(void)
                           "large free");
 }
 
+/* Until /readyz would answer 200 (a stdio MCP server still starting, a
+ * store that does not answer yet), the signals are looked at every 100 ms:
+ * SIGHUP reloads, SIGTERM or SIGINT stops the wait. 0 once ready (the
+ * moment for READY=1), or the signal that stopped it. A store that does
+ * not answer is logged once: it is why systemd hears nothing. */
+static int server_await_ready(server *srv, const sigset_t *sigs)
+{
+    int told = 0;
+    for (;;) {
+        problem p;
+        int store_rc;
+        if (ops_ready(srv, &p, &store_rc) == 0)
+            return 0;
+        if (store_rc != ONCE_OK && !told) {
+            log_event("warn", "not ready: the store does not answer: %s: %s", once_strerror(store_rc),
+                      once_errdetail());
+            told = 1;
+        }
+        const struct timespec tick = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
+        int sig = sigtimedwait(sigs, NULL, &tick);
+        if (sig == SIGHUP)
+            ops_reload(srv);
+        else if (sig > 0)
+            return sig;
+    }
+}
+
 int server_run(once_config *cfg)
 {
+    log_set_text(cfg->log_text);
     server srv;
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
@@ -341,9 +369,13 @@ int server_run(once_config *cfg)
     config_summary(cfg, summary, sizeof summary);
     log_event("info", "once %s serving with store %s: %s", ONCE_VERSION, store_shown, summary);
 
-    int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
-        ops_reload(&srv);
+    int sig = server_await_ready(&srv, &sigs);
+    if (sig == 0) {
+        ops_notify("READY=1", summary);
+        while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
+            ops_reload(&srv);
+    }
+    ops_notify("STOPPING=1", "draining");
     log_event("info", "signal %d: draining (grace %lld ms)", sig, (long long)cfg->grace_ms);
     status = 0;
 

@@ -211,6 +211,7 @@ typedef struct once_config {
     size_t nagents;
     int agents_closed;     /* agents = open (0) | closed (1): every agent token needs a section */
     auth_cfg auth;         /* [auth]: the start's (a reload does not change it) */
+    int log_text;          /* log_format = json (0) | text (1): how a log line is written (core/log.c) */
 } once_config;
 
 /* Loads path into *cfg (zeroed first). On error returns a negative code,

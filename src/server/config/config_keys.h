@@ -107,6 +107,11 @@ extern const config_section config_source_section;
 extern const config_section config_mcp_section;
 extern const config_section config_agent_section;
 
+/* (config_read.c) The named sections the loader knows, in the order it
+ * tries their prefixes; [server] is config_server_section. The key
+ * reference of once.ini(5) is generated from these (man/config_keys.c). */
+const config_section *const *config_named_sections(size_t *n);
+
 /* Which keys an instance of a section set, and on which line. */
 typedef struct config_sec_state {
     const config_section *sec; /* the section the instance was read as */

@@ -57,6 +57,12 @@
 static const config_section *const config_named[] = {&config_upstream_section, &config_mcp_section,
                                                      &config_source_section, &config_agent_section};
 
+const config_section *const *config_named_sections(size_t *n)
+{
+    *n = sizeof config_named / sizeof config_named[0];
+    return config_named;
+}
+
 /* ---- messages ------------------------------------------------------------------- */
 
 /* Copies enough of s[0..n) into buf to recognise it, with anything that is

@@ -195,6 +195,7 @@ static const config_key config_server_keys[] = {
     {.name = "wal_max", .set = config_size, .field = SRV(wal_max), .min = 1 << 20, .default_value = "64MiB"},
     {.name = "agents", .set = config_word, .field = SRV(agents_closed), .default_value = "open",
      .words = "open|closed"},
+    {.name = "log_format", .set = config_word, .field = SRV(log_text), .default_value = "json", .words = "json|text"},
 };
 
 _Static_assert(offsetof(once_config, nredact_headers) == offsetof(once_config, redact_headers) + sizeof(char **),

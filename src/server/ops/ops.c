@@ -19,30 +19,37 @@ static void ops_healthz(req *r)
     req_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+int ops_ready(server *srv, problem *p, int *store_rc)
+{
+    *store_rc = ONCE_OK;
+    if (lot_stopping(srv->lot))
+        return problem_set(p, 503, "shutting_down", "Shutting down", "the gateway is stopping");
+    /* The rooms' own say (a stdio MCP server not started yet), registered
+     * by server.c: this room names none of them. */
+    for (size_t i = 0; i < srv->nready; i++)
+        if (srv->ready[i](srv, p) < 0)
+            return -1;
+    int rc = once_store_ping(srv->store);
+    if (rc != ONCE_OK) {
+        *store_rc = rc;
+        return problem_set(p, 503, "store_unavailable", "Store unavailable", "the store does not answer (see the log)");
+    }
+    return 0;
+}
+
 /* The store's own words stay in the log: an unauthenticated prober learns
  * that the store is down, not its address or error text. */
 static void ops_readyz(req *r)
 {
-    if (lot_stopping(r->srv->lot)) {
-        req_problem(r, 503, "shutting_down", "Shutting down", NULL, "the gateway is stopping");
-        return;
-    }
-    /* The rooms' own say (a stdio MCP server not started yet), registered
-     * by server.c: this room names none of them. */
-    for (size_t i = 0; i < r->srv->nready; i++) {
-        problem p;
-        if (r->srv->ready[i](r->srv, &p) < 0) {
-            req_problem_from(r, &p);
-            return;
-        }
-    }
-    int rc = once_store_ping(r->srv->store);
-    if (rc == ONCE_OK) {
+    problem p;
+    int rc;
+    if (ops_ready(r->srv, &p, &rc) == 0) {
         req_json(r, 200, json_pack("{s:s}", "status", "ready"));
         return;
     }
-    log_event("warn", "readyz: the store does not answer: %s: %s", once_strerror(rc), once_errdetail());
-    req_problem(r, 503, "store_unavailable", "Store unavailable", NULL, "the store does not answer (see the log)");
+    if (rc != ONCE_OK)
+        log_event("warn", "readyz: the store does not answer: %s: %s", once_strerror(rc), once_errdetail());
+    req_problem_from(r, &p);
 }
 
 /* A Prometheus label value: '\\', '"' and newlines escaped. */
