@@ -94,19 +94,28 @@ class Waiter:
 
 # ----------------------------------------------------------------------------- in flight
 
-def test_wait_gets_the_completion(gw):
-    s, k = scope(), new_key("done")
+def settled_while_waiting(gw, what, wait="wait=30", **extra):
+    """A holder reserves; a waiter reserves with Prefer: wait and is still waiting a second
+    later; the holder settles (what: complete, release or unknown). The waiter's answer, the
+    holder's token, the scope and key, and when the settle was sent."""
+    s, k = scope(), new_key(what)
     token = holder(gw, s, k)
-    w = Waiter(gw, s, k, wait="wait=5")
+    w = Waiter(gw, s, k, wait=wait)
     w.assert_waiting()
-    completed_at = time.monotonic()
-    finish(gw, "complete", s, k, token, result={"id": "msg_1", "n": 2}, provider_id="msg_1")
+    settled_at = time.monotonic()
+    finish(gw, what, s, k, token, **extra)
     r = w.answer()
+    assert w.at >= settled_at
+    return r, token, s, k
+
+
+def test_wait_gets_the_completion(gw):
+    r, _, _, _ = settled_while_waiting(gw, "complete", wait="wait=5", result={"id": "msg_1", "n": 2},
+                                       provider_id="msg_1")
     assert r.status_code == 200, describe(r)   # not the 409 of a key in flight
     j = r.json()
     assert j["status"] == "completed" and j["replayed"] is True, j
     assert j["result"] == {"id": "msg_1", "n": 2} and j["provider_id"] == "msg_1", j
-    assert w.at >= completed_at
 
 
 def test_many_waiters_all_get_the_completion(gw):
@@ -124,12 +133,7 @@ def test_many_waiters_all_get_the_completion(gw):
 
 
 def test_wait_after_release_gets_its_own_reservation(gw):
-    s, k = scope(), new_key("rel")
-    token = holder(gw, s, k)
-    w = Waiter(gw, s, k)
-    w.assert_waiting()
-    finish(gw, "release", s, k, token, error="provider said 503")
-    r = w.answer()
+    r, token, s, k = settled_while_waiting(gw, "release", error="provider said 503")
     assert r.status_code == 201, describe(r)
     j = r.json()
     assert j["status"] == "reserved" and j["key"] == k and j["attempt"] == 2 and j["token"] != token, j
@@ -141,12 +145,7 @@ def test_wait_after_release_gets_its_own_reservation(gw):
 
 
 def test_wait_after_unknown_409_outcome_unknown(gw):
-    s, k = scope(), new_key("unk")
-    token = holder(gw, s, k)
-    w = Waiter(gw, s, k)
-    w.assert_waiting()
-    finish(gw, "unknown", s, k, token, error="sdk timeout")
-    r = w.answer()
+    r, _, _, _ = settled_while_waiting(gw, "unknown", error="sdk timeout")
     assert_problem(r, 409, "outcome_unknown")
     assert r.json()["state"] == "unknown", r.json()
 
