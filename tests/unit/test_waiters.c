@@ -5,7 +5,9 @@
  * released, its lease run out), times out at its deadline otherwise, and
  * either way exactly one of its callbacks runs exactly once, on the waiter
  * thread; waiters_stop answers everything still waiting; adds after the stop
- * fail.
+ * fail. And the two things every room that waits shares: which reservation
+ * answers park (waiters_park) and how Prefer: wait=N reads
+ * (waiters_prefer_wait).
  */
 #include "helpers.h"
 
@@ -222,6 +224,60 @@ static void test_missing_action_settled(void **state)
     assert_int_equal(atomic_load(&v->rec[0].timeouts), 0);
 }
 
+/* Only a row that may still change parks, and only with wait left: in
+ * flight, or awaiting a decision the caller may wait for. The parked ones
+ * then wait like any waiter (here until the stop). */
+static void test_park_only_what_may_change(void **state)
+{
+    wenv *v = *state;
+    th_reserve_new(v->e->st, "s", "k", NULL, 1);
+    int64_t later = clock_mono_ms() + 60000;
+    static const once_reserve_status answered_now[] = {ONCE_RESERVED, ONCE_COMPLETED, ONCE_UNKNOWN,
+                                                       ONCE_HELD,     ONCE_DENIED,    ONCE_OVER_LIMIT};
+    for (size_t i = 0; i < sizeof answered_now / sizeof *answered_now; i++)
+        assert_int_equal(waiters_park(v->w, "s", "k", answered_now[i], 1, &v->rec[0], later, on_settled, on_timeout),
+                         0);
+    /* no wait asked (0), or none left */
+    assert_int_equal(waiters_park(v->w, "s", "k", ONCE_IN_FLIGHT, 1, &v->rec[0], 0, on_settled, on_timeout), 0);
+    assert_int_equal(waiters_park(v->w, "s", "k", ONCE_IN_FLIGHT, 1, &v->rec[0], clock_mono_ms() - 1, on_settled,
+                                  on_timeout),
+                     0);
+    /* a decision this caller may not wait for */
+    assert_int_equal(
+        waiters_park(v->w, "s", "k", ONCE_AWAITING_APPROVAL, 0, &v->rec[0], later, on_settled, on_timeout), 0);
+    th_sleep_ms(100);
+    assert_int_equal(ended(&v->rec[0]), 0); /* nothing of the refused ones runs */
+    assert_int_equal(waiters_park(v->w, "s", "k", ONCE_IN_FLIGHT, 0, &v->rec[1], later, on_settled, on_timeout), 1);
+    assert_int_equal(
+        waiters_park(v->w, "s", "k", ONCE_AWAITING_APPROVAL, 1, &v->rec[2], later, on_settled, on_timeout), 1);
+    th_sleep_ms(100);
+    assert_int_equal(ended(&v->rec[1]) + ended(&v->rec[2]), 0); /* still in flight: they wait */
+    stop(v);
+    assert_int_equal(atomic_load(&v->rec[1].timeouts), 1);
+    assert_int_equal(atomic_load(&v->rec[2].timeouts), 1);
+    assert_int_equal(ended(&v->rec[0]), 0);
+}
+
+/* Prefer: wait=N: seconds, at most 60, as milliseconds; anything else is no
+ * wait (a preference, never an error). */
+static void test_prefer_wait_parse(void **state)
+{
+    (void)state;
+    assert_int_equal(waiters_prefer_wait(NULL), 0);
+    assert_int_equal(waiters_prefer_wait(""), 0);
+    assert_int_equal(waiters_prefer_wait("respond-async"), 0);
+    assert_int_equal(waiters_prefer_wait("wait=5"), 5000);
+    assert_int_equal(waiters_prefer_wait("WAIT=1"), 1000);
+    assert_int_equal(waiters_prefer_wait("respond-async, wait=10"), 10000);
+    assert_int_equal(waiters_prefer_wait("wait=60"), 60000);
+    assert_int_equal(waiters_prefer_wait("wait=61"), 60000);
+    assert_int_equal(waiters_prefer_wait("wait=99999999999999999999"), 60000);
+    assert_int_equal(waiters_prefer_wait("wait=0"), 0);
+    assert_int_equal(waiters_prefer_wait("wait=-3"), 0);
+    assert_int_equal(waiters_prefer_wait("wait=abc"), 0);
+    assert_int_equal(waiters_prefer_wait("wait="), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -233,6 +289,8 @@ int main(void)
         T(test_timeout_at_deadline),
         T(test_stop_answers_all_then_refuses),
         T(test_missing_action_settled),
+        T(test_park_only_what_may_change),
+        cmocka_unit_test(test_prefer_wait_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

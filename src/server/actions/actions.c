@@ -9,12 +9,14 @@
 
 #include "json/action_json.h"
 #include "json/json_items.h"
+#include "common/clock.h"
 #include "common/key_template.h"
 #include "server/actions/actions.h"
 #include "server/jobs/approvals.h"
 #include "server/core/grants.h"
 #include "server/core/limits.h"
 #include "server/core/services.h"
+#include "server/core/waiters.h"
 #include "server/front/req.h"
 #include "server/core/worker.h"
 
@@ -42,6 +44,7 @@ typedef struct act {
     once_state settled; /* the state a complete/release/unknown leads to */
     int approve;        /* approve (1) or deny (0) */
     int64_t lease_until; /* renew: the new deadline */
+    int64_t wait_deadline; /* reserve's Prefer: wait (monotonic ms), 0 when none is left */
     once_list_req lreq; /* GET /v1/actions; its strings point into the two below */
     char lscope[ONCE_SCOPE_MAX + 2];
     char lagent[ONCE_AGENT_MAX + 2];
@@ -307,13 +310,49 @@ static void reserve_answer(act *a)
     }
 }
 
+static void reserve_start(act *a);
+
+/* Prefer: wait — on the waiter thread: the other attempt settled, or the
+ * wait ran out. One more reservation, answered as it comes (a new one for
+ * this caller when the key was released; still in flight: the 409). */
+static void reserve_again(void *arg)
+{
+    act *a = arg;
+    a->wait_deadline = 0;
+    reserve_start(a);
+}
+
+/* The row the reservation found: parked when the caller asked to wait and
+ * it may still change, else answered from. A decision is waited for, as on
+ * the proxy, only by a caller whose fingerprint is not another request's. */
+static void reserve_found(act *a)
+{
+    const char *mine = a->rreq.fingerprint, *stored = a->res.action.fingerprint;
+    int for_decision = !mine || !stored || strcmp(mine, stored) == 0;
+    if (waiters_park(a->r->srv->waiters, a->scope, a->key, a->res.status, for_decision, a, a->wait_deadline,
+                     reserve_again, reserve_again))
+        return;
+    reserve_answer(a);
+}
+
 static void on_reserved(void *ctx, int rc, const char *detail)
 {
     act *a = ctx;
     if (rc < 0)
         act_fail(a->r, rc, detail);
     else
-        reserve_answer(a);
+        reserve_found(a);
+}
+
+/* HTTP thread, or the waiter thread for a Prefer: wait retry. */
+static void reserve_start(act *a)
+{
+    once_reservation_free(&a->res);
+    int rc = once_reserve_async(a->r->srv->store, &a->rreq, &a->res, on_reserved, a);
+    if (rc == 1)
+        reserve_found(a);
+    else if (rc < 0)
+        act_fail(a->r, rc, once_errdetail());
 }
 
 /* {"key_template": T, "request": {...}} instead of "key": the same rules as
@@ -396,11 +435,9 @@ static void actions_reserve(req *r)
         req_problem_from(r, &p);
         return;
     }
-    int rc = once_reserve_async(r->srv->store, &a->rreq, &a->res, on_reserved, a);
-    if (rc == 1)
-        reserve_answer(a);
-    else if (rc < 0)
-        act_fail(r, rc, once_errdetail());
+    int64_t wait = waiters_prefer_wait(req_header(r, "Prefer"));
+    a->wait_deadline = wait ? clock_mono_ms() + wait : 0;
+    reserve_start(a);
 }
 
 /* ---- complete / release / unknown ------------------------------------------ */

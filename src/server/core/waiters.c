@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/check.h"
 #include "common/clock.h"
@@ -203,4 +204,26 @@ int waiters_add(waiters *w, const char *scope, const char *key, void *state, int
         return -1;
     }
     return 0;
+}
+
+int waiters_park(waiters *w, const char *scope, const char *key, once_reserve_status status, int for_decision,
+                 void *state, int64_t deadline, waiter_fn on_settled, waiter_fn on_timeout)
+{
+    int may_change = status == ONCE_IN_FLIGHT || (status == ONCE_AWAITING_APPROVAL && for_decision);
+    if (!may_change || deadline <= clock_mono_ms())
+        return 0;
+    return waiters_add(w, scope, key, state, deadline, on_settled, on_timeout) == 0;
+}
+
+int64_t waiters_prefer_wait(const char *prefer)
+{
+    if (!prefer)
+        return 0;
+    const char *w = strcasestr(prefer, "wait=");
+    if (!w)
+        return 0;
+    long v = strtol(w + 5, NULL, 10);
+    if (v <= 0)
+        return 0;
+    return (v > 60 ? 60 : v) * 1000;
 }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "once/once.h"
 #include "server/core/services.h"
 
 int waiters_start(server *srv, waiters **out);
@@ -23,5 +24,18 @@ void waiters_free(waiters *w);
 typedef void (*waiter_fn)(void *state);
 int waiters_add(waiters *w, const char *scope, const char *key, void *state, int64_t deadline,
                 waiter_fn on_settled, waiter_fn on_timeout);
+
+/* Prefer: wait, for a reservation that found the row of (scope, key) in
+ * the given status: parks state (waiters_add) when there is wait left
+ * (deadline, monotonic ms, in the future) and the row may still change —
+ * in flight, or awaiting approval when for_decision says this caller may
+ * wait for the decision (the stored request is its own). 1 parked, 0 not
+ * (the caller answers from the row now). */
+int waiters_park(waiters *w, const char *scope, const char *key, once_reserve_status status, int for_decision,
+                 void *state, int64_t deadline, waiter_fn on_settled, waiter_fn on_timeout);
+
+/* Prefer: wait=N in seconds (at most 60) as milliseconds, 0 for none (and
+ * for anything malformed: the header is a preference, never an error). */
+int64_t waiters_prefer_wait(const char *prefer);
 
 #endif

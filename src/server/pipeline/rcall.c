@@ -17,10 +17,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/check.h"
-#include "common/clock.h"
 #include "common/fault.h"
 #include "server/core/waiters.h"
 
@@ -81,13 +79,10 @@ static void wait_timeout(void *arg);
  * room answers from it. */
 static void rcall_existing(rcall *c)
 {
-    int wait = c->wait_deadline > clock_mono_ms();
-    if (c->res.status == ONCE_AWAITING_APPROVAL)
-        wait = wait && c->ops->waits_for_decision && c->ops->waits_for_decision(c);
-    else if (c->res.status != ONCE_IN_FLIGHT)
-        wait = 0;
-    if (wait && waiters_add(c->srv->waiters, c->up->name, c->key, c, c->wait_deadline, wait_settled,
-                            wait_timeout) == 0)
+    int for_decision = c->res.status == ONCE_AWAITING_APPROVAL && c->ops->waits_for_decision &&
+                       c->ops->waits_for_decision(c);
+    if (waiters_park(c->srv->waiters, c->up->name, c->key, c->res.status, for_decision, c, c->wait_deadline,
+                     wait_settled, wait_timeout))
         return;
     c->ops->existing(c);
 }
@@ -167,17 +162,4 @@ void rcall_record(rcall *c, const verdict *v)
     int rc = verdict_record(c->srv->store, NULL, c->up->name, c->key, c->res.token, &c->v, on_recorded, c);
     if (rc < 0)
         on_recorded(c, rc, once_errdetail());
-}
-
-int64_t rcall_prefer_wait(const char *prefer)
-{
-    if (!prefer)
-        return 0;
-    const char *w = strcasestr(prefer, "wait=");
-    if (!w)
-        return 0;
-    long v = strtol(w + 5, NULL, 10);
-    if (v <= 0)
-        return 0;
-    return (v > 60 ? 60 : v) * 1000;
 }

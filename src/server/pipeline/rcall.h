@@ -85,7 +85,4 @@ void rcall_lease_done(rcall *c);
 void rcall_hold(rcall *c);
 void rcall_drop(void *c);
 
-/* Prefer: wait=N in seconds (at most 60) as milliseconds, 0 for none. */
-int64_t rcall_prefer_wait(const char *prefer);
-
 #endif

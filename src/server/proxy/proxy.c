@@ -40,6 +40,7 @@
 #include "server/core/target.h"
 #include "server/core/upstream_call.h"
 #include "server/core/upstream_rules.h"
+#include "server/core/waiters.h"
 
 
 typedef struct proxy {
@@ -746,7 +747,7 @@ static void proxy_handle(req *r)
     px->c.rreq.retention_ms = up->retention_ms;
     px->c.rreq.retry_unknown = up->forward_key_as != NULL;
     px->c.rreq.approval_ttl_ms = approval ? up->approve_ttl_ms : 0;
-    int64_t wait = rcall_prefer_wait(req_header(r, "Prefer"));
+    int64_t wait = waiters_prefer_wait(req_header(r, "Prefer"));
     px->c.wait_deadline = wait ? clock_mono_ms() + wait : 0;
     rcall_start(&px->c);
 }
