@@ -172,7 +172,6 @@ static void batch_commit(sq_store *s, sq_batch *b)
         s->writer.last_event_id = before;
 }
 
-
 /* The commit hook gets each batch's time from BEGIN to durable. */
 static void batch_hook(sq_store *s, const sq_batch *b)
 {
@@ -290,7 +289,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 
 /* One checkpoint on db, the writer's or the checkpointer's connection:
  * they take turns (a second checkpoint while one runs fails at once).
- * Without wait, it is not run when the other's is under way: 1. The
+ * Without wait, it returns 1 at once when the other's is under way. The
  * checkpoint hook hears of each, the wait for the other's turn included
  * (that wait is the writer's stall too). */
 static int ckpt_pass(sq_store *s, sqlite3 *db, int by_writer, int wait, int mode, int *frames, int *copied)
