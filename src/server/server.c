@@ -192,9 +192,11 @@ static void warn_exposed_secrets(const once_config *cfg)
  * libonce's: a library leaves the process's allocator alone. */
 static void server_tune_malloc(void)
 {
-    if (mallopt(M_TRIM_THRESHOLD, 32 << 20) != 1 || mallopt(M_MMAP_THRESHOLD, 4 << 20) != 1)
-        log_event("warn", "cannot set the allocator's trim threshold: memory goes back to the kernel after every "
-                          "large free");
+    /* Only a cost when refused: an allocator that is not glibc's (the
+     * sanitizers' replaces it and refuses every mallopt) keeps its own
+     * policy, and nothing depends on this one. */
+    (void)mallopt(M_TRIM_THRESHOLD, 32 << 20);
+    (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
 }
 
 /* Until /readyz would answer 200 (a stdio MCP server still starting, a
