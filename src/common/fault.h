@@ -20,7 +20,8 @@
  * end the process: FAULT_DELAY("name") sleeps for the milliseconds
  * ONCE_FAULT_DELAY gives as "name:MS", and FAULT_FAILS("name") is true when
  * ONCE_FAULT_FAIL names the point (the caller then fails as the real error
- * would). Point: before_sync for both.
+ * would). Point: before_sync for both, and ckpt_sync for FAULT_FAILS (the
+ * checkpointer's sync of the database after a pass).
  */
 #ifndef ONCE_COMMON_FAULT_H
 #define ONCE_COMMON_FAULT_H

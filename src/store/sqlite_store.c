@@ -287,11 +287,41 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
+/* The checkpointer syncs the database after each pass that copied frames.
+ * SQLite syncs it only in a checkpoint that copies every frame there is,
+ * and under load that is the writer's short last pass (wal_finish): its
+ * sync then flushed every page the checkpointer's passes had copied since
+ * the WAL last started over, some 40 MB, 7-92 ms on the commit path (strace
+ * of the writer, issue 30). Synced here first, the writer's sync carries its
+ * own few pages. SQLite's sync before the WAL starts over stays the guard
+ * of durability: a pass this one skips costs time, never data. Through
+ * SQLite's own file handle: the same descriptor and the same kind of sync
+ * SQLite would use. A failure fails the store as a
+ * failed sync of the WAL does: the kernel may have dropped those pages, and
+ * the WAL must then never start over. */
+static int ckpt_sync_db(sq_store *s, sqlite3 *db)
+{
+    sqlite3_file *f = NULL;
+    int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f);
+    if (rc == SQLITE_OK && (!f || !f->pMethods))
+        rc = SQLITE_MISUSE;
+    if (rc == SQLITE_OK)
+        rc = FAULT_FAILS("ckpt_sync") ? SQLITE_IOERR_FSYNC : f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
+    if (rc != SQLITE_OK) {
+        char why[160];
+        snprintf(why, sizeof why, "the checkpointer's sync of the database failed: %s; restart once",
+                 sqlite3_errstr(rc));
+        sq_sync_fail(&s->sync, why);
+    }
+    return rc;
+}
+
 /* One checkpoint on db, the writer's or the checkpointer's connection:
  * they take turns (a second checkpoint while one runs fails at once).
  * Without wait, it returns 1 at once when the other's is under way. The
- * checkpoint hook hears of each, the wait for the other's turn included
- * (that wait is the writer's stall too). */
+ * checkpoint hook hears of each, the wait for the other's turn and the
+ * checkpointer's sync of the database included (that wait is the writer's
+ * stall too). */
 static int ckpt_pass(sq_store *s, sqlite3 *db, int by_writer, int wait, int mode, int *frames, int *copied)
 {
     double t0 = clock_mono_seconds();
@@ -299,7 +329,10 @@ static int ckpt_pass(sq_store *s, sqlite3 *db, int by_writer, int wait, int mode
         pthread_mutex_lock(&s->ckpt_run_mu);
     else if (pthread_mutex_trylock(&s->ckpt_run_mu) != 0)
         return 1;
+    int before = atomic_load(&s->wal_copied);
     int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
+    if (rc == SQLITE_OK && !by_writer && *copied > 0 && *copied != before)
+        rc = ckpt_sync_db(s, db);
     pthread_mutex_unlock(&s->ckpt_run_mu);
     if (rc == SQLITE_OK && *copied >= 0)
         atomic_store(&s->wal_copied, *copied);
@@ -385,6 +418,8 @@ static int ckpt_mode(sq_store *s, int64_t limit)
  * (the tail still long): the next one starts without the pace. */
 static int ckpt_round(sq_store *s, sqlite3 *db, int64_t limit)
 {
+    if (sq_sync_failed(&s->sync))
+        return 0; /* nothing is copied or truncated after a failed sync */
     int mode = ckpt_mode(s, limit);
     int frames = 0, copied = 0;
     int rc = ckpt_pass(s, db, 0, 1, mode, &frames, &copied);
@@ -609,20 +644,24 @@ static void sqs_close(once_store *st)
         bq_close(&s->head.queue);
         pthread_join(s->writer_thread, NULL);
     }
-    sq_sync_close(&s->sync); /* finishes every batch the writer committed */
-    if (s->ckpt_started) {
+    if (s->ckpt_started) { /* before the syncer: a failed sync of the checkpointer's fails it */
         pthread_mutex_lock(&s->ckpt_mu);
         s->ckpt_stop = 1;
         pthread_cond_signal(&s->ckpt_cv);
         pthread_mutex_unlock(&s->ckpt_mu);
         pthread_join(s->ckpt_thread, NULL);
     }
+    sq_sync_close(&s->sync); /* finishes every batch the writer committed */
     for (size_t i = 0; i < s->pool_nfree; i++) {
         sq_conn_close(s->pool_free[i]);
         free(s->pool_free[i]);
     }
     /* The last connection to close checkpoints the WAL and deletes it;
-     * with synchronous=NORMAL that checkpoint syncs the database first. */
+     * with synchronous=NORMAL that checkpoint syncs the database first.
+     * Not after a failed sync: the page cache may no longer be what the
+     * disk holds, and the WAL is left for the next open to recover. */
+    if (s->writer.db && !s->memory && sq_sync_failed(&s->sync))
+        sqlite3_db_config(s->writer.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     if (s->writer.db)
         sq_conn_close(&s->writer);
     bq_destroy(&s->head.queue);

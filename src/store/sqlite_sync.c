@@ -62,7 +62,7 @@ static void *syncer_main(void *arg)
         char why[sizeof y->why] = "";
         int rc = atomic_load(&y->failed) ? ONCE_OK : sync_wal(y->fd, why, sizeof why);
         pthread_mutex_lock(&y->mu);
-        if (rc < 0) {
+        if (rc < 0 && !atomic_load(&y->failed)) { /* the checkpointer may have failed it first */
             memcpy(y->why, why, sizeof why); /* before the flag that publishes it */
             atomic_store(&y->failed, 1);
         }
@@ -163,6 +163,22 @@ int sq_sync_wait_read(sq_sync *y)
 int sq_sync_settled(sq_sync *y)
 {
     return atomic_load(&y->failed) || atomic_load(&y->durable) >= atomic_load(&y->visible);
+}
+
+void sq_sync_fail(sq_sync *y, const char *why)
+{
+    pthread_mutex_lock(&y->mu);
+    if (!atomic_load(&y->failed)) {
+        snprintf(y->why, sizeof y->why, "%s", why); /* before the flag that publishes it */
+        atomic_store(&y->failed, 1);
+    }
+    pthread_cond_broadcast(&y->durable_cv);
+    pthread_mutex_unlock(&y->mu);
+}
+
+int sq_sync_failed(sq_sync *y)
+{
+    return atomic_load(&y->failed);
 }
 
 const char *sq_sync_why(sq_sync *y)

@@ -94,6 +94,14 @@ int sq_sync_wait_read(sq_sync *y);
  * (or the pipeline failed: sq_sync_wait_read then says so at once). */
 int sq_sync_settled(sq_sync *y);
 
+/* Another thread's durability failure (the checkpointer's sync of the
+ * database): sticky as the syncer's own, so every later batch fails and the
+ * store must be reopened. The first failure's text is kept. */
+void sq_sync_fail(sq_sync *y, const char *why);
+
+/* 1 once the pipeline has failed. */
+int sq_sync_failed(sq_sync *y);
+
 /* The failure's text ("" when none). */
 const char *sq_sync_why(sq_sync *y);
 
