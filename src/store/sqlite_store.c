@@ -296,9 +296,9 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
  * own few pages. SQLite's sync before the WAL starts over stays the guard
  * of durability: a pass this one skips costs time, never data. Through
  * SQLite's own file handle: the same descriptor and the same kind of sync
- * SQLite would use. A failure fails the store as a
- * failed sync of the WAL does: the kernel may have dropped those pages, and
- * the WAL must then never start over. */
+ * SQLite would use. A failure fails the store as a failed sync of the WAL
+ * does: the kernel may have dropped those pages, and the WAL must then
+ * never start over (no checkpoint runs after it, the writer's included). */
 static int ckpt_sync_db(sq_store *s, sqlite3 *db)
 {
     sqlite3_file *f = NULL;
@@ -329,6 +329,12 @@ static int ckpt_pass(sq_store *s, sqlite3 *db, int by_writer, int wait, int mode
         pthread_mutex_lock(&s->ckpt_run_mu);
     else if (pthread_mutex_trylock(&s->ckpt_run_mu) != 0)
         return 1;
+    /* Nothing is copied or truncated after a failed sync: checked under
+     * the turn, so no pass can slip in after the failure. */
+    if (sq_sync_failed(&s->sync)) {
+        pthread_mutex_unlock(&s->ckpt_run_mu);
+        return SQLITE_IOERR;
+    }
     int before = atomic_load(&s->wal_copied);
     int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, frames, copied);
     if (rc == SQLITE_OK && !by_writer && *copied > 0 && *copied != before)
@@ -418,8 +424,6 @@ static int ckpt_mode(sq_store *s, int64_t limit)
  * (the tail still long): the next one starts without the pace. */
 static int ckpt_round(sq_store *s, sqlite3 *db, int64_t limit)
 {
-    if (sq_sync_failed(&s->sync))
-        return 0; /* nothing is copied or truncated after a failed sync */
     int mode = ckpt_mode(s, limit);
     int frames = 0, copied = 0;
     int rc = ckpt_pass(s, db, 0, 1, mode, &frames, &copied);
