@@ -38,6 +38,17 @@ static int sync_wal(int fd, char *why, size_t whylen)
     return ONCE_OK;
 }
 
+/* Marks the pipeline failed, under y->mu: the first failure's text is
+ * kept (the syncer's or the checkpointer's, whichever came first), written
+ * before the flag that publishes it. */
+static void fail_locked(sq_sync *y, const char *why)
+{
+    if (atomic_load(&y->failed))
+        return;
+    snprintf(y->why, sizeof y->why, "%s", why);
+    atomic_store(&y->failed, 1);
+}
+
 /* Takes every batch committed since the last round, makes them durable
  * with one fdatasync, then finishes them in commit order (readers may go
  * on as soon as durable moves, before the callbacks run). A failed
@@ -62,10 +73,8 @@ static void *syncer_main(void *arg)
         char why[sizeof y->why] = "";
         int rc = atomic_load(&y->failed) ? ONCE_OK : sync_wal(y->fd, why, sizeof why);
         pthread_mutex_lock(&y->mu);
-        if (rc < 0 && !atomic_load(&y->failed)) { /* the checkpointer may have failed it first */
-            memcpy(y->why, why, sizeof why); /* before the flag that publishes it */
-            atomic_store(&y->failed, 1);
-        }
+        if (rc < 0)
+            fail_locked(y, why);
         atomic_store(&y->durable, to);
         pthread_cond_broadcast(&y->durable_cv);
         int failed = atomic_load(&y->failed);
@@ -168,10 +177,7 @@ int sq_sync_settled(sq_sync *y)
 void sq_sync_fail(sq_sync *y, const char *why)
 {
     pthread_mutex_lock(&y->mu);
-    if (!atomic_load(&y->failed)) {
-        snprintf(y->why, sizeof y->why, "%s", why); /* before the flag that publishes it */
-        atomic_store(&y->failed, 1);
-    }
+    fail_locked(y, why);
     pthread_cond_broadcast(&y->durable_cv);
     pthread_mutex_unlock(&y->mu);
 }
