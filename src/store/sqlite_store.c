@@ -43,6 +43,7 @@
 #define CKPT_TAIL_MAX 1024    /* a longer one is left to the checkpointer, whatever the writer was asked */
 #define CKPT_IDLE_MS 1000     /* no commit for this long: the checkpointer may truncate the WAL */
 #define WAL_LIMIT_DEFAULT ((int64_t)64 << 20)
+#define WAL_HEADER_BYTES 32   /* the WAL file's own header, before its frames */
 
 typedef struct sq_store {
     store_head head; /* first: the ledger sees a once_store, op.c the queue */
@@ -70,7 +71,9 @@ typedef struct sq_store {
     int64_t wal_limit;      /* past this, a checkpoint restarts and truncates the WAL (under ckpt_mu) */
     int64_t frame_bytes;    /* one WAL frame: the page size + its 24-byte header (set at open) */
     int lock_fd;            /* PATH.lock, held by the one gateway serving the file; -1 */
-    int trunc_wanted;       /* writer thread only: the WAL passed its bound, truncate after this commit */
+    int trunc_wanted;       /* writer thread only: the WAL nears its bound, truncate after this commit */
+    int last_frames;        /* writer thread only: frames in the WAL after the commit before */
+    int batch_frames_max;   /* writer thread only: the most frames one commit added */
     _Atomic int restart_wanted; /* the checkpointer copied most of a long WAL: the writer finishes and restarts it */
     _Atomic int wal_frames;     /* frames in the WAL after the last commit (the WAL hook's count) */
     _Atomic int wal_copied;     /* of those, the frames the last checkpoint had copied */
@@ -259,11 +262,28 @@ static int read_must_queue(sq_store *s, once_cb cb)
  * tail; the bound (wal_max) stays a hard one, kept by the writer only when
  * the checkpointer cannot keep up with the disk. */
 
+/* Whether the commit after this one could take the WAL past its bound:
+ * it is kept with room for the most frames one commit has added (what a
+ * commit adds is known only once it is written). Only a commit larger than
+ * any before can pass the bound, and only by its own frames. More room
+ * (twice that) made the writer truncate more often under a steady load,
+ * where the WAL runs close to the bound, for commits that never came. */
+static int wal_near_bound(sq_store *s, int pages)
+{
+    int added = pages >= s->last_frames ? pages - s->last_frames : pages; /* fewer: the WAL started over */
+    s->last_frames = pages;
+    if (added > s->batch_frames_max)
+        s->batch_frames_max = added;
+    if (s->frame_bytes <= 0)
+        return 0;
+    int64_t room = (int64_t)s->batch_frames_max * s->frame_bytes;
+    return WAL_HEADER_BYTES + (int64_t)pages * s->frame_bytes + room > s->wal_limit;
+}
+
 /* Runs on the writer thread after each commit, pages being the frames now
- * in the WAL. Past the bound (wal_max) the writer itself truncates it
+ * in the WAL. Near the bound (wal_max) the writer itself truncates it
  * (wal_checkpoint), between two transactions: it is the one connection a
- * TRUNCATE checkpoint would otherwise wait for. The file never grows past
- * the bound by more than one batch. Below the bound the checkpointer
+ * TRUNCATE checkpoint would otherwise wait for. Below it the checkpointer
  * copies frames back (PASSIVE) off the commit path. */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
@@ -276,7 +296,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
      * it back to sleep: under load that was one futex call on the commit
      * path and one context switch per commit (~650/s). */
     pthread_mutex_lock(&s->ckpt_mu);
-    if (s->frame_bytes > 0 && (int64_t)pages * s->frame_bytes > s->wal_limit) {
+    if (wal_near_bound(s, pages)) {
         s->trunc_wanted = 1;
     } else if (pages >= CHECKPOINT_PAGES) {
         s->ckpt_wanted = 1;
