@@ -55,6 +55,13 @@
 #   SUSTAINED_WAL_MAX [64MiB]  wal_max of once    ONCE_THREADS [2]  [server] threads
 #   SUSTAINED_DIR [${ONCE_BENCH_DIR:-/tmp}/once-sustained]  templates and run copies (a real disk)
 #   SUSTAINED_PG [0]  SUSTAINED_PG_PREFILL [SUSTAINED_PREFILL]
+#   SUSTAINED_TRACE [0]  1, or a list of calls: `perf trace` follows once's
+#                 fsync and fdatasync (1) or the calls listed (fdatasync,pwrite64,...)
+#                 for the whole run; the report gets, per thread name, call and
+#                 file, how many took over 1 ms and their p50/p99/max
+#                 (bench/out/sustained-KIND-BUILD-REP.trace holds each such call).
+#                 Tracing pwrite64 or pread64 slows once down: at 5,000 events/s
+#                 the run then fell behind, at about 2,500/s
 #   SUSTAINED_SERVER_EXTRA []  more [server] lines for once
 #   ONCE_BENCH_TIMEOUT [7200]  the whole script is stopped after this many seconds
 #
@@ -100,6 +107,13 @@ deadline=$((SECONDS + ${ONCE_BENCH_TIMEOUT:-7200}))
 for v in "$prefill" "$secs" "$rate" "$dup_rate" "$conns" "$hook_conns" "$dup_conns" "$othreads" "$reps" "$pg_prefill"; do
   case $v in '' | *[!0-9]*) die "SUSTAINED_* sizes, rates and counts must be whole numbers" ;; esac
 done
+trace=${SUSTAINED_TRACE:-0}
+case $trace in
+  0) ;;
+  1) trace=fsync,fdatasync ;;
+  *[!a-z0-9_,]* | ,* | *, | *,,*) die "SUSTAINED_TRACE: 0, 1 or a comma-separated list of system calls" ;;
+esac
+[ "$trace" = 0 ] || command -v perf >/dev/null || die "SUSTAINED_TRACE needs perf (apt-get install linux-perf)"
 [ "$secs" -ge 5 ] && [ "$reps" -ge 1 ] || die "SUSTAINED_SECONDS must be >= 5, SUSTAINED_REPS >= 1"
 secret=bench-secret
 source=gh
@@ -113,11 +127,12 @@ case ",$runs," in *,proxy*) need_wrk_nginx ;; esac
 
 mkdir -p "$dir" bench/out
 tmp=$(mktemp -d "$dir/run.XXXXXX")
-once_pid='' nginx_pid='' load_pid='' pg_dir=''
+once_pid='' nginx_pid='' load_pid='' trace_pid='' pg_dir=''
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   stop_pid "$load_pid" INT
+  stop_pid "$trace_pid" INT
   stop_pid "$once_pid" TERM
   stop_pid "$nginx_pid" TERM
   [ -n "$pg_dir" ] && bash scripts/pg stop "$pg_dir" >/dev/null 2>&1
@@ -210,6 +225,7 @@ run_one() {
   esac
   echo "## $kind, $label ($bdir/once), run $rep of $reps; load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$report"
   local o0 o1 tot0 idle0 tot1 idle1 t_start=$SECONDS
+  [ "$trace" != 0 ] && trace_start "$base"
   o0=$(proc_ticks "$once_pid")
   read -r tot0 idle0 < <(machine_ticks)
   timeout --signal=INT --kill-after=10 $((secs + 60)) "$load_bin" "${args[@]}" >"$base.txt" 2>&1 &
@@ -218,7 +234,9 @@ run_one() {
   load_pid=
   o1=$(proc_ticks "$once_pid")
   read -r tot1 idle1 < <(machine_ticks)
+  [ "$trace" != 0 ] && trace_stop "$base"
   tee -a "$report" <"$base.txt"
+  [ "$trace" != 0 ] && tee -a "$report" <"$base.trace.txt"
   # Where the CPU went (lib.sh): once, the load generator (its own figure), everything else.
   awk -v o=$((o1 - o0)) -v hz="$hz" -v d=$((SECONDS - t_start)) -v busy="$(machine_busy "$tot0" "$idle0" "$tot1" "$idle1")" \
     -v n="$(nproc)" -v lg="$(awk '/^bench_load cpu:/ { print $3 }' "$base.txt")" 'BEGIN {
@@ -233,6 +251,47 @@ run_one() {
   rm -rf "$run"
   [ "$kind" = hooks-pg ] && "$psql" "$pg_admin" -qc "DROP DATABASE IF EXISTS run_${label}_$rep" >/dev/null 2>&1
   return 0
+}
+
+# perf trace on once for the run: base -> trace_pid. The calls that return
+# in under 1 ms are left out of the file (--duration): they are most calls,
+# and not what stalls a caller.
+trace_start() {
+  perf trace -p "$once_pid" -e "$trace" --duration 1 -o "$1.trace" 2>"$tmp/trace.err" &
+  trace_pid=$!
+}
+
+# Stops the trace and summarizes it per thread, call and file (once's
+# descriptors read from /proc while it still runs): base -> base.trace.txt.
+trace_stop() {
+  local fds="$tmp/fds" fd
+  : >"$fds"
+  for fd in /proc/"$once_pid"/fd/*; do echo "${fd##*/} $(readlink "$fd" 2>/dev/null)"; done >"$fds" 2>/dev/null || true
+  stop_pid "$trace_pid" INT
+  trace_pid=
+  [ -s "$1.trace" ] || { echo "trace: perf trace wrote nothing: $(tail -n 2 "$tmp/trace.err")" >"$1.trace.txt"; return 0; }
+  python3 - "$1.trace" "$fds" >"$1.trace.txt" <<'PY'
+import re, sys
+from collections import defaultdict
+files = {}
+for line in open(sys.argv[2]):
+    n, _, target = line.rstrip("\n").partition(" ")
+    files[n] = target.rsplit("/", 1)[-1] or target
+call = re.compile(r"^\s*[\d.]+ \(\s*([\d.]+) ms\): (?:([^ ]+)/\d+ )?(\w+)\(fd: (\d+)")
+by = defaultdict(list)
+for line in open(sys.argv[1]):
+    m = call.match(line)
+    if m:
+        by[(m.group(2) or "once", m.group(3), files.get(m.group(4), "fd " + m.group(4)))].append(float(m.group(1)))
+def q(xs, p):
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+print("trace (perf trace, calls over 1 ms): thread  call  file  count  p50 ms  p99 ms  max ms")
+for (thread, name, f), xs in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+    xs.sort()
+    print(f"trace: {thread:<14} {name:<10} {f:<20} {len(xs):6d} {q(xs, .5):7.1f} {q(xs, .99):7.1f} {xs[-1]:7.1f}")
+if not by:
+    print("trace: no call took over 1 ms")
+PY
 }
 
 # lib.sh's start_once gives a server 10 s; one opening (and maybe migrating) a
