@@ -264,10 +264,13 @@ static int read_must_queue(sq_store *s, once_cb cb)
 
 /* Whether the commit after this one could take the WAL past its bound:
  * it is kept with room for the most frames one commit has added (what a
- * commit adds is known only once it is written). Only a commit larger than
- * any before can pass the bound, and only by its own frames. More room
- * (twice that) made the writer truncate more often under a steady load,
- * where the WAL runs close to the bound, for commits that never came. */
+ * commit adds is known only once it is written), at most a quarter of the
+ * bound. Only a commit larger than any before, or than that quarter, can
+ * pass the bound, and only by its own frames. Without the cap, one commit
+ * as large as the bound (a batch of large bodies) would have the writer
+ * truncate after every commit from then on. More room (twice the largest)
+ * made the writer truncate more often under a steady load, where the WAL
+ * runs close to the bound, for commits that never came. */
 static int wal_near_bound(sq_store *s, int pages)
 {
     int added = pages >= s->last_frames ? pages - s->last_frames : pages; /* fewer: the WAL started over */
@@ -277,6 +280,8 @@ static int wal_near_bound(sq_store *s, int pages)
     if (s->frame_bytes <= 0)
         return 0;
     int64_t room = (int64_t)s->batch_frames_max * s->frame_bytes;
+    if (room > s->wal_limit / 4)
+        room = s->wal_limit / 4;
     return WAL_HEADER_BYTES + (int64_t)pages * s->frame_bytes + room > s->wal_limit;
 }
 

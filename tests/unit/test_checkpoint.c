@@ -129,6 +129,48 @@ static void test_wal_bound_holds_against_large_commits(void **state)
         fail_msg("the WAL reached %lld bytes under a 1 MiB bound", (long long)peak);
 }
 
+static void count_writer_checkpoints(void *ctx, int by_writer, double seconds, int frames, int copied)
+{
+    (void)seconds;
+    (void)frames;
+    (void)copied;
+    if (by_writer)
+        atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* One commit as large as the bound (an answer of 1.1 MiB under 1 MiB) must
+ * not leave the writer truncating after every later commit: the room kept
+ * for the largest commit is at most a quarter of the bound. Without that
+ * cap, each of the small commits after it was followed by a truncate. */
+static void test_one_large_commit_does_not_shrink_the_bound(void **state)
+{
+    th_env *e = *state;
+    th_assert_rc(once_store_set_wal_limit(e->st, 1 << 20), 0);
+    static uint8_t body[1100 << 10];
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (uint8_t)(i * 2654435761u >> 24);
+    char tok[33];
+    th_reserve_new(e->st, "wal", "huge", tok, 1);
+    once_response resp = th_resp();
+    resp.body = body;
+    resp.body_len = sizeof body;
+    assert_int_equal(once_complete(e->st, "wal", "huge", tok, &resp, NULL), 0);
+
+    atomic_int by_writer = 0;
+    once_store_set_checkpoint_hook(e->st, count_writer_checkpoints, &by_writer);
+    for (int i = 0; i < 100; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "small%d", i);
+        th_reserve_new(e->st, "wal", key, tok, 1);
+    }
+    once_store_set_checkpoint_hook(e->st, NULL, NULL);
+    /* 100 commits of a few pages fill about 300 of the 254 frames a 1 MiB
+     * WAL holds: a truncate or two, and the writer's share of the
+     * checkpointer's rounds (at most one a second). */
+    if (atomic_load(&by_writer) >= 20)
+        fail_msg("the writer checkpointed %d times in 100 small commits", atomic_load(&by_writer));
+}
+
 static void test_wal_bytes_of_other_stores(void **state)
 {
     th_env *e = *state;
@@ -201,6 +243,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wal_is_checkpointed, th_setup_file, th_teardown),
         cmocka_unit_test_setup_teardown(test_wal_is_bounded, th_setup_file, th_teardown),
         cmocka_unit_test_setup_teardown(test_wal_bound_holds_against_large_commits, th_setup_file, th_teardown),
+        cmocka_unit_test_setup_teardown(test_one_large_commit_does_not_shrink_the_bound, th_setup_file, th_teardown),
         cmocka_unit_test_setup_teardown(test_wal_bytes_of_other_stores, th_setup_mem, th_teardown),
 #ifdef ONCE_FAULT_INJECTION
         cmocka_unit_test_setup_teardown(test_checkpointer_sync_failure_is_sticky, th_setup_file, th_teardown),
