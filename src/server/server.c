@@ -386,11 +386,11 @@ int server_run(once_config *cfg)
 
 out:
     lot_stop(&parking);
-    for (size_t i = 0; i < ndaemons; i++) {
-        MHD_socket fd = MHD_quiesce_daemon(daemons[i]);
-        if (fd != MHD_INVALID_SOCKET)
-            close(fd);
-    }
+    /* Not MHD_quiesce_daemon: it races the daemons' own threads and can
+     * abort the process (guard.c says how). The listen sockets stay open
+     * until MHD_stop_daemon; what connects meanwhile is closed unanswered. */
+    if (srv.guard)
+        guard_refuse_all(srv.guard);
     if (ndaemons)
         lot_drain(&parking, cfg->grace_ms);
     waiters_stop(srv.waiters);

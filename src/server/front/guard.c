@@ -47,6 +47,7 @@ struct guard {
     unsigned per_loopback;
     int64_t request_ms;
     int64_t idle_ms;
+    int refusing; /* atomic: set once by guard_refuse_all, never cleared */
     pthread_mutex_t mu;
     client *buckets[GUARD_BUCKETS];
     conn_rec *conns;
@@ -136,6 +137,8 @@ enum MHD_Result guard_accept(void *cls, const struct sockaddr *addr, socklen_t a
 {
     (void)addrlen;
     guard *g = cls;
+    if (__atomic_load_n(&g->refusing, __ATOMIC_ACQUIRE))
+        return MHD_NO;
     unsigned cap = guard_cap(g, addr);
     if (cap == 0)
         return MHD_YES;
@@ -144,6 +147,16 @@ enum MHD_Result guard_accept(void *cls, const struct sockaddr *addr, socklen_t a
     int over = c && c->count >= cap;
     pthread_mutex_unlock(&g->mu);
     return over ? MHD_NO : MHD_YES;
+}
+
+/* The drain's closed door. libmicrohttpd's own way, MHD_quiesce_daemon,
+ * races its pool's threads on epoll (0.9.75 to 1.0: it removes the listen
+ * socket from a worker's epoll set that the worker may have just removed it
+ * from itself, and panics on ENOENT), so the daemons keep their listen
+ * sockets until MHD_stop_daemon and the accept policy closes whatever comes. */
+void guard_refuse_all(guard *g)
+{
+    __atomic_store_n(&g->refusing, 1, __ATOMIC_RELEASE);
 }
 
 static void guard_started(guard *g, struct MHD_Connection *conn, void **socket_context)

@@ -33,6 +33,10 @@ enum MHD_Result guard_accept(void *cls, const struct sockaddr *addr, socklen_t a
 void guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                   enum MHD_ConnectionNotificationCode code);
 
+/* From now on every new connection is closed as soon as it is accepted
+ * (the drain at shutdown); those already open are not touched. Any thread. */
+void guard_refuse_all(guard *g);
+
 typedef enum guard_phase {
     GUARD_DONE = 0, /* the request has arrived whole (or was answered): no deadline */
     GUARD_NEXT = 1  /* the answer went out; a next request may come on this connection */
