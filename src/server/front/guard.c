@@ -150,10 +150,11 @@ enum MHD_Result guard_accept(void *cls, const struct sockaddr *addr, socklen_t a
 }
 
 /* The drain's closed door. libmicrohttpd's own way, MHD_quiesce_daemon,
- * races its pool's threads on epoll (0.9.75 to 1.0: it removes the listen
- * socket from a worker's epoll set that the worker may have just removed it
- * from itself, and panics on ENOENT), so the daemons keep their listen
- * sockets until MHD_stop_daemon and the accept policy closes whatever comes. */
+ * races its pool's threads on epoll (0.9.75, and upstream's code today): it
+ * removes the listen socket from a worker's epoll set that the worker may
+ * have just removed it from itself, and panics on ENOENT. So the daemons
+ * keep their listen sockets until MHD_stop_daemon, and the accept policy
+ * closes whatever comes. */
 void guard_refuse_all(guard *g)
 {
     __atomic_store_n(&g->refusing, 1, __ATOMIC_RELEASE);
