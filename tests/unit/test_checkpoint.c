@@ -90,6 +90,13 @@ static void *wal_watch_main(void *arg)
     return NULL;
 }
 
+/* A body that does not compress or repeat: each byte from its offset. */
+static void fill_body(uint8_t *body, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        body[i] = (uint8_t)(i * 2654435761u >> 24);
+}
+
 /* The bound holds when commits outrun the checkpointer (it runs a round
  * at most once a second under a 1 MiB bound): each answer here is 96 KiB,
  * so the WAL reaches the bound every few commits and the writer truncates
@@ -102,8 +109,7 @@ static void test_wal_bound_holds_against_large_commits(void **state)
     th_env *e = *state;
     th_assert_rc(once_store_set_wal_limit(e->st, 1 << 20), 0);
     static uint8_t body[96 << 10];
-    for (size_t i = 0; i < sizeof body; i++)
-        body[i] = (uint8_t)(i * 2654435761u >> 24);
+    fill_body(body, sizeof body);
     wal_watch w = {.st = e->st};
     pthread_t watcher;
     assert_int_equal(pthread_create(&watcher, NULL, wal_watch_main, &w), 0);
@@ -147,8 +153,7 @@ static void test_one_large_commit_does_not_shrink_the_bound(void **state)
     th_env *e = *state;
     th_assert_rc(once_store_set_wal_limit(e->st, 1 << 20), 0);
     static uint8_t body[1100 << 10];
-    for (size_t i = 0; i < sizeof body; i++)
-        body[i] = (uint8_t)(i * 2654435761u >> 24);
+    fill_body(body, sizeof body);
     char tok[33];
     th_reserve_new(e->st, "wal", "huge", tok, 1);
     once_response resp = th_resp();
